@@ -1,0 +1,35 @@
+// Algorithm registry and selection.
+//
+// Each algorithm implements one collective type and may decline a call it is not suited
+// for (supports() == false); the selector then falls back to the next candidate. No
+// algorithm special-cases what another one handles better.
+//
+// Selection: XCCL_ALGO forces a choice, either one name for every collective that has an
+// algorithm of that name ("ring") or per collective ("allreduce=direct,broadcast=chain").
+// Otherwise candidates are tried in the order of the tuning table in select.cc (by message
+// size and world size).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "exchange.h"
+
+namespace xccl {
+
+struct Algorithm {
+  const char* name;  // "ring", "direct", "chain", "pairwise", ...
+  CollType type;
+  bool (*supports)(const CollArgs& args, const Exchange& ex);
+  void (*run)(Exchange& ex, const CollArgs& args);
+};
+
+const std::vector<Algorithm>& allAlgorithms();
+// The algorithm to use for args (honours XCCL_ALGO). Throws InvalidUsage if XCCL_ALGO
+// forces an algorithm that declines the call.
+const Algorithm& selectAlgorithm(const CollArgs& args, const Exchange& ex);
+// Runs one whole collective: argument semantics that sit above the algorithms (PremulSum
+// scaling, Avg division, zero counts) and then the selected algorithm.
+void runCollective(Exchange& ex, const CollArgs& args);
+
+}  // namespace xccl

@@ -1,0 +1,116 @@
+// Exchange: the progress engine algorithms are written against.
+//
+// An algorithm posts messages (send / recv / recvReduce to or from peers) and calls
+// wait(), which progresses everything posted until done, concurrently across peers and
+// directions, honouring the operation's deadline and the communicator's abort flag.
+// Messages between two ranks in one direction match in posting order.
+//
+// Framing (done here, not in the transports): every message is a 32-byte header
+// {magic, op type, flags, sequence, payload bytes} followed by the payload padded to a
+// multiple of 16 bytes. The receiver checks magic, kind (collective / point-to-point),
+// sequence and length against what it posted: a mismatch means the ranks disagree on the
+// operation or its count, and fails the operation with both sides' values in the message,
+// never reading past the posted buffer.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../common/clock.h"
+#include "../transport/transport.h"
+#include "xccl.h"
+
+namespace xccl {
+
+class Device;
+
+enum class CollType : uint16_t {
+  kAllReduce = 1,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kAllToAllv,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv,
+  kRecvAny,
+  kBarrier,
+};
+const char* collName(CollType type);
+
+// Everything an algorithm may know about one call.
+struct CollArgs {
+  CollType type = CollType::kAllReduce;
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  size_t count = 0;  // elements; per-rank block for allgather/reducescatter/alltoall/gather/scatter
+  xcclDataType_t dtype = xcclFloat32;
+  xcclRedOp_t op = xcclSum;
+  int root = 0;  // broadcast/reduce/gather/scatter root; peer for send/recv
+  std::vector<size_t> sendcounts, sdispls, recvcounts, rdispls;  // alltoallv, in elements
+  unsigned char scalar[8] = {0};  // premul-sum factor, a value of dtype
+  int* anyPeerOut = nullptr;      // recv-any: where the sender's rank goes
+};
+
+struct PendingMsg;  // defined in exchange.cc
+
+class Exchange {
+ public:
+  Exchange(int rank, int nranks, Device& device, std::vector<Connection*> conns,
+           std::vector<int> ringOrder, const std::atomic<bool>& abortFlag);
+  ~Exchange();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  Device& device() { return device_; }
+  // Ranks in ring order (ranks grouped by host); ringNext/ringPrev are neighbours of `rank`.
+  const std::vector<int>& ring() const { return ring_; }
+  int ringPos(int rank) const { return ringPos_[rank]; }
+  int ringNext() const { return ring_[(ringPos_[rank_] + 1) % nranks_]; }
+  int ringPrev() const { return ring_[(ringPos_[rank_] + nranks_ - 1) % nranks_]; }
+
+  // Called by the communicator before each operation.
+  void beginOp(CollType type, uint64_t collSeq, const Deadline& deadline);
+
+  // Posts a message of `bytes` bytes from device buffer src to peer.
+  void send(int peer, const void* src, size_t bytes);
+  // Posts receipt of a message of exactly `bytes` bytes from peer into device buffer dst.
+  void recv(int peer, void* dst, size_t bytes);
+  // Posts receipt that reduces: dst[i] = local[i] (op) incoming[i]. local may equal dst.
+  void recvReduce(int peer, void* dst, const void* local, size_t count, xcclDataType_t dtype,
+                  xcclRedOp_t op);
+  // Posts receipt of a point-to-point message from any peer; *peerOut gets the sender.
+  void recvAny(void* dst, size_t bytes, int* peerOut);
+  // Progresses all posted messages until every one is complete. Throws Timeout,
+  // RemoteError (peer gone, bad frame, mismatch) or InvalidUsage (abort).
+  void wait();
+
+ private:
+  bool progressSend(int peer);
+  bool progressRecv(int peer);
+  bool progressRecvAny();
+  void checkPeers();
+
+  int rank_, nranks_;
+  Device& device_;
+  std::vector<Connection*> conns_;
+  std::vector<int> ring_, ringPos_;
+  const std::atomic<bool>& abort_;
+  CollType type_ = CollType::kAllReduce;
+  uint64_t collSeq_ = 0;
+  Deadline deadline_;
+  std::vector<std::deque<std::unique_ptr<PendingMsg>>> sends_, recvs_;
+  std::unique_ptr<PendingMsg> recvAny_;
+  std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per-peer point-to-point message counters
+  size_t pending_ = 0;
+};
+
+}  // namespace xccl

@@ -1,0 +1,72 @@
+// Bootstrap: how ranks of a communicator find each other and agree on a secret.
+//
+// Two entry points, one mechanism: a Store (key-value rendezvous).
+//  - xcclCommInitRankStore: the caller's xcclStore_t (the torch plugin wraps c10d's Store).
+//  - xcclGetUniqueId / xcclCommInitRank: the process that calls xcclGetUniqueId starts a
+//    small authenticated TCP store server; the id carries its address and the secret.
+// On top of the store, connectPeers() publishes each rank's PeerInfo, reads everyone
+// else's, and builds a Connection to every peer (shared memory on the same host, TCP
+// otherwise), authenticating each with the communicator secret.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../common/clock.h"
+#include "../transport/transport.h"
+#include "xccl.h"
+
+namespace xccl {
+
+class Device;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until key exists; throws Timeout at the deadline.
+  virtual std::string get(const std::string& key, const Deadline& deadline) = 0;
+};
+
+// Wraps the C callback store; every key is prefixed with `prefix`.
+std::unique_ptr<Store> makeCallbackStore(const xcclStore_t& store, const std::string& prefix);
+// A thread-safe store living in this process (tests that run ranks as threads).
+std::unique_ptr<Store> makeMemoryStore();  // returns a handle sharing one map per call site
+// Fills `id` and starts the rendezvous server thread in this process.
+void createUniqueId(xcclUniqueId* id);
+// A Store client talking to the server named in `id`.
+std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline);
+// The secret carried by a unique id.
+std::string uniqueIdSecret(const xcclUniqueId& id);
+
+// What every rank publishes about itself.
+struct PeerInfo {
+  int rank = -1;
+  int pid = 0;
+  std::string hostId;    // same string <=> same host (XCCL_NODE_ID overrides)
+  std::string hostname;  // for logs
+  std::string busId;     // the Device's busId
+  std::string tcpAddr;   // "ip:port" of this rank's data listener
+};
+
+// The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id.
+std::string localHostId();
+
+struct PeerSetup {
+  std::vector<PeerInfo> peers;                         // indexed by rank
+  std::vector<std::unique_ptr<Connection>> connections;  // indexed by rank; null for self
+};
+
+// Exchanges PeerInfo through `store` (keys under "peer/<rank>") and connects to every
+// other rank. `secret` authenticates every connection; `abortFlag` set by another thread
+// stops the wait. Logs one "rank a -> b via SHM|TCP" line per connection (INFO, INIT).
+PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
+                       Device& device, const Deadline& deadline,
+                       const std::atomic<bool>& abortFlag);
+
+// 32 random bytes, hex encoded, from the OS entropy source.
+std::string randomSecret();
+
+}  // namespace xccl

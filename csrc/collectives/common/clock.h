@@ -1,0 +1,47 @@
+// Deadlines and polite spinning for progress loops.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace xccl {
+
+using Clock = std::chrono::steady_clock;
+
+// A point in time after which a wait gives up with xccl::Timeout.
+class Deadline {
+ public:
+  static Deadline after(int64_t ms) {
+    Deadline d;
+    d.at_ = ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(ms);
+    d.ms_ = ms;
+    return d;
+  }
+  static Deadline never() { return after(-1); }
+  bool expired() const { return Clock::now() >= at_; }
+  int64_t budgetMs() const { return ms_; }
+  int64_t remainingMs() const {
+    if (at_ == Clock::time_point::max()) return -1;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now()).count();
+    return left < 0 ? 0 : left;
+  }
+
+ private:
+  Clock::time_point at_{};
+  int64_t ms_ = -1;
+};
+
+// Backoff for a polling loop: spin a while, then yield, then sleep in short naps, so that
+// ranks oversubscribing few cores still make progress. reset() after progress was made.
+class Backoff {
+ public:
+  void idle();
+  void reset() { n_ = 0; }
+  uint64_t count() const { return n_; }
+
+ private:
+  uint64_t n_ = 0;
+};
+
+}  // namespace xccl

@@ -1,0 +1,93 @@
+// Error idiom of the core: C++ exceptions inside, xcclResult_t at the API edge.
+//
+//   XCCL_CHECK(cond, "count ", n, " exceeds ", cap)   -> throws xccl::InvalidUsage
+//   throw xccl::IoError(...), Timeout(...), RemoteError(...) for the rest.
+//
+// Every exception carries the source location; the API edge converts it once
+// (see api/ in this directory's sibling) and remembers the message for
+// xcclGetLastError.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "xccl.h"
+
+namespace xccl {
+
+template <typename... Args>
+std::string strCat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+class Error : public std::runtime_error {
+ public:
+  Error(xcclResult_t code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
+  xcclResult_t code() const { return code_; }
+
+ private:
+  xcclResult_t code_;
+};
+
+// Bad arguments or calls in the wrong state.
+class InvalidUsage : public Error {
+ public:
+  explicit InvalidUsage(const std::string& m) : Error(xcclInvalidUsage, m) {}
+};
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& m) : Error(xcclInvalidArgument, m) {}
+};
+// A local system call failed.
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& m) : Error(xcclSystemError, m) {}
+};
+// A wait ran past its deadline.
+class Timeout : public Error {
+ public:
+  explicit Timeout(const std::string& m) : Error(xcclTimeout, m) {}
+};
+// A peer died, closed, aborted or sent something malformed.
+class RemoteError : public Error {
+ public:
+  explicit RemoteError(const std::string& m) : Error(xcclRemoteError, m) {}
+};
+
+}  // namespace xccl
+
+#define XCCL_STRINGIFY_(x) #x
+#define XCCL_STRINGIFY(x) XCCL_STRINGIFY_(x)
+
+// Throws InvalidUsage naming the failed condition, file and line, plus the message parts.
+#define XCCL_CHECK(cond, ...)                                                              \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      throw ::xccl::InvalidUsage(::xccl::strCat(__VA_ARGS__, " [check '" #cond "' failed at ", \
+                                                __FILE__, ":", __LINE__, "]"));            \
+    }                                                                                      \
+  } while (0)
+
+// Like XCCL_CHECK, but for arguments from the caller (maps to xcclInvalidArgument).
+#define XCCL_CHECK_ARG(cond, ...)                                                             \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      throw ::xccl::InvalidArgument(::xccl::strCat(__VA_ARGS__));                             \
+    }                                                                                         \
+  } while (0)
+
+// Throws IoError with errno text for a failed system call.
+#define XCCL_SYSCHECK(expr, what)                                                          \
+  do {                                                                                     \
+    if ((expr) < 0) {                                                                      \
+      throw ::xccl::IoError(::xccl::strCat(what, " failed: ", ::xccl::errnoString(errno), \
+                                           " [", __FILE__, ":", __LINE__, "]"));           \
+    }                                                                                      \
+  } while (0)
+
+namespace xccl {
+std::string errnoString(int err);
+}

@@ -1,0 +1,216 @@
+/*
+ * xccl.h — public C API of libxccl, the XCCL collective-communication core.
+ *
+ * Shaped like nccl.h / cncl.h: a communicator is created once per rank from a
+ * unique id (or from a key-value store), collectives are enqueued on it and
+ * progressed by the library off the caller's thread, in order. Every call
+ * returns an xcclResult_t; nothing throws across this boundary.
+ *
+ * Completion: every enqueued operation gets the communicator's next sequence
+ * number. xcclEventRecord() captures "everything enqueued so far";
+ * xcclEventQuery()/xcclEventWait() test or wait for it. Operations complete in
+ * the order they were enqueued.
+ */
+#ifndef XCCL_H_
+#define XCCL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define XCCL_API __declspec(dllexport)
+#else
+#define XCCL_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XCCL_MAJOR 0
+#define XCCL_MINOR 1
+#define XCCL_PATCH 0
+#define XCCL_VERSION_CODE (XCCL_MAJOR * 10000 + XCCL_MINOR * 100 + XCCL_PATCH)
+
+typedef enum {
+  xcclSuccess = 0,
+  xcclUnhandledError = 1,   /* internal bug or unexpected system failure */
+  xcclSystemError = 2,      /* a system call failed (socket, mmap, ...) */
+  xcclInternalError = 3,    /* invariant broken inside the library */
+  xcclInvalidArgument = 4,  /* a bad pointer, count, rank, dtype or op */
+  xcclInvalidUsage = 5,     /* a call that is not allowed in this state */
+  xcclRemoteError = 6,      /* a peer failed, died, closed or sent bad data */
+  xcclInProgress = 7,       /* not complete yet (query calls) */
+  xcclTimeout = 8,          /* a wait exceeded its deadline */
+  xcclNumResults = 9
+} xcclResult_t;
+
+typedef enum {
+  xcclInt8 = 0,
+  xcclUint8 = 1,
+  xcclInt32 = 2,
+  xcclInt64 = 3,
+  xcclFloat16 = 4,
+  xcclFloat32 = 5,
+  xcclFloat64 = 6,
+  xcclBfloat16 = 7,
+  xcclBool = 8,
+  xcclNumTypes = 9
+} xcclDataType_t;
+
+typedef enum {
+  xcclSum = 0,
+  xcclProd = 1,
+  xcclMax = 2,
+  xcclMin = 3,
+  xcclAvg = 4,
+  xcclPremulSum = 5, /* each rank's input is multiplied by a scalar, then summed */
+  xcclBand = 6,      /* integer and bool types only */
+  xcclBor = 7,
+  xcclBxor = 8,
+  xcclNumOps = 9
+} xcclRedOp_t;
+
+/* Opaque id that ranks share to find each other: the address of a small
+ * rendezvous server started by xcclGetUniqueId plus a per-communicator secret. */
+#define XCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[XCCL_UNIQUE_ID_BYTES];
+} xcclUniqueId;
+
+typedef struct xcclComm* xcclComm_t;
+
+/* A device stream the buffers are ordered on (cudaStream_t for the CUDA
+ * device). NULL means "the device's default ordering"; the host device
+ * ignores it. */
+typedef void* xcclStream_t;
+
+/* Completion marker: all operations enqueued on `comm` up to `seq`. */
+typedef struct {
+  xcclComm_t comm;
+  uint64_t seq;
+} xcclEvent_t;
+
+/* Key-value store used for rendezvous instead of a unique id (the torch
+ * plugin backs it with c10d's Store). Both callbacks return 0 on success.
+ * get() blocks until the key exists or timeout_ms passes; it writes at most
+ * `cap` bytes and stores the value's full length in *len. */
+typedef struct {
+  void* ctx;
+  int (*set)(void* ctx, const char* key, const void* value, size_t len);
+  int (*get)(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms);
+} xcclStore_t;
+
+/* Optional settings for communicator creation; zero-initialise, then set. */
+typedef struct {
+  int64_t timeout_ms; /* per-operation deadline; 0 = XCCL_TIMEOUT_MS (default 30 min) */
+  int device;         /* device ordinal the buffers live on; -1 = current/default */
+  const char* name;   /* tag used in logs (e.g. the process-group name); may be NULL */
+} xcclConfig_t;
+
+/* ---- version, errors ---- */
+XCCL_API xcclResult_t xcclGetVersion(int* version);
+XCCL_API const char* xcclGetErrorString(xcclResult_t result);
+/* Human-readable detail of the last error raised on this thread (or in
+ * comm's progress thread when comm != NULL): rank, op, peer, reason. */
+XCCL_API const char* xcclGetLastError(xcclComm_t comm);
+
+/* ---- communicator life cycle ---- */
+XCCL_API xcclResult_t xcclGetUniqueId(xcclUniqueId* uniqueId);
+XCCL_API xcclResult_t xcclCommInitRank(xcclComm_t* comm, int nranks, xcclUniqueId commId, int rank);
+XCCL_API xcclResult_t xcclCommInitRankConfig(xcclComm_t* comm, int nranks, xcclUniqueId commId,
+                                             int rank, const xcclConfig_t* config);
+/* Rendezvous through a store: every rank passes the same prefix (unique per
+ * communicator, e.g. "pg0/"). */
+XCCL_API xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank,
+                                            const xcclStore_t* store, const char* prefix,
+                                            const xcclConfig_t* config);
+/* Waits for enqueued work (up to the comm's timeout), then frees everything. */
+XCCL_API xcclResult_t xcclCommDestroy(xcclComm_t comm);
+/* Stops at once: pending and future operations fail, peers see the closure. */
+XCCL_API xcclResult_t xcclCommAbort(xcclComm_t comm);
+/* xcclSuccess, or the sticky error that failed the communicator. */
+XCCL_API xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError);
+XCCL_API xcclResult_t xcclCommCount(const xcclComm_t comm, int* count);
+XCCL_API xcclResult_t xcclCommUserRank(const xcclComm_t comm, int* rank);
+
+/* ---- completion ---- */
+XCCL_API xcclResult_t xcclEventRecord(xcclEvent_t* event, xcclComm_t comm);
+/* xcclSuccess when done, xcclInProgress when not, or the error that failed it. */
+XCCL_API xcclResult_t xcclEventQuery(const xcclEvent_t* event);
+/* timeout_ms < 0 waits up to the communicator's timeout. */
+XCCL_API xcclResult_t xcclEventWait(const xcclEvent_t* event, int64_t timeout_ms);
+
+/* ---- collectives (counts are in elements of `datatype`) ---- */
+XCCL_API xcclResult_t xcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    xcclDataType_t datatype, xcclRedOp_t op, xcclComm_t comm,
+                                    xcclStream_t stream);
+/* PremulSum: like xcclAllReduce with xcclSum after multiplying every input by
+ * *scalar (a host value of `datatype`). */
+XCCL_API xcclResult_t xcclAllReducePremulSum(const void* sendbuff, void* recvbuff, size_t count,
+                                             xcclDataType_t datatype, const void* scalar,
+                                             xcclComm_t comm, xcclStream_t stream);
+XCCL_API xcclResult_t xcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    xcclDataType_t datatype, int root, xcclComm_t comm,
+                                    xcclStream_t stream);
+XCCL_API xcclResult_t xcclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 xcclDataType_t datatype, xcclRedOp_t op, int root,
+                                 xcclComm_t comm, xcclStream_t stream);
+/* recvbuff holds nranks * sendcount elements, rank-major. */
+XCCL_API xcclResult_t xcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    xcclDataType_t datatype, xcclComm_t comm,
+                                    xcclStream_t stream);
+/* sendbuff holds nranks * recvcount elements; rank r receives block r reduced. */
+XCCL_API xcclResult_t xcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        xcclDataType_t datatype, xcclRedOp_t op,
+                                        xcclComm_t comm, xcclStream_t stream);
+/* Block i of sendbuff (count elements) goes to rank i; block j of recvbuff
+ * comes from rank j. */
+XCCL_API xcclResult_t xcclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   xcclDataType_t datatype, xcclComm_t comm,
+                                   xcclStream_t stream);
+/* Uneven all-to-all; counts and displacements in elements, one per rank. */
+XCCL_API xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts,
+                                    const size_t* sdispls, void* recvbuff,
+                                    const size_t* recvcounts, const size_t* rdispls,
+                                    xcclDataType_t datatype, xcclComm_t comm,
+                                    xcclStream_t stream);
+/* recvbuff (root only) holds nranks * count elements, rank-major. */
+XCCL_API xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                 xcclDataType_t datatype, int root, xcclComm_t comm,
+                                 xcclStream_t stream);
+/* sendbuff (root only) holds nranks * count elements, rank-major. */
+XCCL_API xcclResult_t xcclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                  xcclDataType_t datatype, int root, xcclComm_t comm,
+                                  xcclStream_t stream);
+XCCL_API xcclResult_t xcclSend(const void* sendbuff, size_t count, xcclDataType_t datatype,
+                               int peer, xcclComm_t comm, xcclStream_t stream);
+XCCL_API xcclResult_t xcclRecv(void* recvbuff, size_t count, xcclDataType_t datatype, int peer,
+                               xcclComm_t comm, xcclStream_t stream);
+/* Receives from whichever rank's point-to-point send arrives first; the sender's
+ * rank is written to *peer when the operation completes (read it after waiting). */
+XCCL_API xcclResult_t xcclRecvAny(void* recvbuff, size_t count, xcclDataType_t datatype,
+                                  int* peer, xcclComm_t comm, xcclStream_t stream);
+/* A barrier is an operation like any other: it completes when every rank
+ * has reached it. */
+XCCL_API xcclResult_t xcclBarrier(xcclComm_t comm, xcclStream_t stream);
+
+/* ---- grouping ----
+ * Operations issued between xcclGroupStart and xcclGroupEnd on one thread
+ * are enqueued together per communicator when the outermost xcclGroupEnd is
+ * called. Within a group, collectives run in issue order, and all Send/Recv
+ * of the group then progress concurrently (so any matching set of sends and
+ * receives completes without deadlock). */
+XCCL_API xcclResult_t xcclGroupStart(void);
+XCCL_API xcclResult_t xcclGroupEnd(void);
+
+/* ---- helpers ---- */
+XCCL_API size_t xcclTypeSize(xcclDataType_t datatype);
+XCCL_API const char* xcclTypeName(xcclDataType_t datatype);
+XCCL_API const char* xcclOpName(xcclRedOp_t op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XCCL_H_ */

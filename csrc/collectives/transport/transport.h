@@ -1,0 +1,48 @@
+// Transports: one Connection per peer, a reliable, ordered, nonblocking byte pipe in each
+// direction. The progress engine (algorithms/exchange.cc) does all framing on top; a
+// transport only moves bytes. Two implementations with the same file names:
+//   shm/  - single-producer/single-consumer rings in shared memory (same host)
+//   tcp/  - nonblocking sockets with user-space rings (other hosts, or XCCL_SHM_DISABLE=1)
+//
+// Windows: reserveSend() and peekRecv() expose contiguous ranges of the transport's
+// staging memory (registered with the Device) so that the engine copies or reduces
+// straight into / out of them. Ring sizes are multiples of 64 bytes and the engine keeps
+// every message 16-byte aligned in the stream, so a window never splits an element
+// (except that TCP may deliver a partial element, which the engine waits out).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../common/clock.h"
+
+namespace xccl {
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // Up to `want` bytes of contiguous free space in the outgoing ring; 0 when full.
+  virtual size_t reserveSend(void** window, size_t want) = 0;
+  // Publishes `bytes` bytes written at the start of the last reserved window.
+  virtual void commitSend(size_t bytes) = 0;
+  // Contiguous bytes received and not yet consumed; 0 when none.
+  virtual size_t peekRecv(const void** window) = 0;
+  // Releases `bytes` bytes at the start of the last peeked window.
+  virtual void consumeRecv(size_t bytes) = 0;
+  // Moves bytes between user-space rings and the wire (TCP); no-op for shared memory.
+  // Returns true when anything moved. Throws RemoteError when the peer has closed/died.
+  virtual bool progress() = 0;
+  // Throws RemoteError if the peer is known to be gone (closed flag, dead process,
+  // socket hangup). Called by idle progress loops now and then; may cost a syscall.
+  virtual void checkAlive() = 0;
+  // Marks this side closed so the peer's next check fails fast. Idempotent, never throws.
+  virtual void close() = 0;
+  // "SHM" or "TCP"
+  virtual const char* kind() const = 0;
+  virtual int peer() const = 0;
+};
+
+}  // namespace xccl

@@ -1,0 +1,69 @@
+// The device seam. Everything the core does to user buffers goes through a Device:
+// copies between device memory and the transports' host staging memory, and the
+// reduction kernels. A vendor ports XCCL by adding csrc/device/<vendor>/ with one
+// Device subclass and registering it in device.cc; nothing above this layer changes.
+//
+// Memory words used here:
+//   device memory  - where user tensors live (for the host device, ordinary RAM);
+//   staging memory - host memory owned by a transport (shared-memory rings, socket
+//                    buffers), registered with registerStaging() so the device's
+//                    kernels and copy engines can reach it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "xccl.h"
+
+namespace xccl {
+
+enum class CopyKind { kDeviceToDevice, kDeviceToStaging, kStagingToDevice };
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const char* name() const = 0;  // "host", "cuda"
+  virtual int ordinal() const = 0;
+  // A stable identifier of the physical device (PCI bus id, or "host:<n>"); used in logs
+  // and by topology to tell devices apart.
+  virtual std::string busId() const = 0;
+
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  // Makes host staging memory reachable by the device (pinning / mapping). Idempotent per range.
+  virtual void registerStaging(void* ptr, size_t bytes) = 0;
+  virtual void unregisterStaging(void* ptr) = 0;
+
+  // Synchronous copy of `bytes` bytes.
+  virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
+  // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a);
+  // b is device memory or registered staging memory. Avg and PremulSum are not reductions
+  // at this level (callers use kSum plus scale()); bitwise ops only for integer types.
+  virtual void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+                      xcclRedOp_t op) = 0;
+  // dst[i] = src[i] * scalar, scalar a host value of `dtype` (dst may equal src).
+  virtual void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
+                     const void* scalar) = 0;
+  // dst[i] /= divisor (integer division for integer types). Used by Avg.
+  virtual void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) = 0;
+
+  // Ordering with the caller's stream. streamCapture() runs on the enqueuing thread and
+  // returns a token for "all work on stream so far"; streamWait() runs on the progress
+  // thread and blocks until that work is done (so the inputs are ready). streamRelease()
+  // frees the token. The host device has no asynchronous streams: tokens are null.
+  virtual void* streamCapture(xcclStream_t stream) = 0;
+  virtual void streamWait(void* token) = 0;
+  virtual void streamRelease(void* token) = 0;
+};
+
+// The device for this process: XCCL_DEVICE=host (default) or cuda. `ordinal` < 0 picks the
+// device's current/default ordinal. Throws InvalidUsage for a device this build lacks.
+Device& getDevice(int ordinal);
+
+// True for the reduction ops defined on dtype (e.g. no bitwise ops on floats).
+bool opSupported(xcclDataType_t dtype, xcclRedOp_t op);
+size_t dtypeSize(xcclDataType_t dtype);
+
+}  // namespace xccl
