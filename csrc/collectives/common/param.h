@@ -5,7 +5,8 @@
 //
 //   XCCL_PARAM_STR(Algo, "ALGO", "")           // string knob
 //
-// Every knob is listed in docs/ENV.md. Values are read on first use and cached.
+// Every knob is listed in docs/ENV.md. The accessor reads the environment on each call, so
+// tests can change a knob between communicators: read knobs at setup, not in hot loops.
 #pragma once
 
 #include <cstdint>
@@ -20,12 +21,10 @@ std::string readStrParam(const char* name, const char* deflt);
 
 #define XCCL_PARAM(fn, name, deflt)                                          \
   static inline int64_t xcclParam##fn() {                                    \
-    static const int64_t value = ::xccl::readIntParam(name, (deflt));       \
-    return value;                                                            \
+    return ::xccl::readIntParam(name, (deflt));                              \
   }
 
 #define XCCL_PARAM_STR(fn, name, deflt)                                      \
-  static inline const std::string& xcclParam##fn() {                         \
-    static const std::string value = ::xccl::readStrParam(name, (deflt));   \
-    return value;                                                            \
+  static inline std::string xcclParam##fn() {                                \
+    return ::xccl::readStrParam(name, (deflt));                              \
   }
