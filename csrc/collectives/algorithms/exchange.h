@@ -6,8 +6,9 @@
 // Messages between two ranks in one direction match in posting order.
 //
 // Framing (done here, not in the transports): every message is a 32-byte header
-// {magic, op type, flags, sequence, payload bytes} followed by the payload padded to a
-// multiple of 16 bytes. The receiver checks magic, kind (collective / point-to-point),
+// {magic, op type, flags, sequence, payload bytes, check} followed by the payload padded
+// to a multiple of 32 bytes, so a header never straddles a ring's end (rings are multiples
+// of 64 bytes) and a window never splits an element. The receiver checks magic, kind (collective / point-to-point),
 // sequence and length against what it posted: a mismatch means the ranks disagree on the
 // operation or its count, and fails the operation with both sides' values in the message,
 // never reading past the posted buffer.
@@ -98,6 +99,7 @@ class Exchange {
   bool progressRecv(int peer);
   bool progressRecvAny();
   void checkPeers();
+  [[noreturn]] void failTimeout();
 
   int rank_, nranks_;
   Device& device_;
@@ -111,6 +113,8 @@ class Exchange {
   std::unique_ptr<PendingMsg> recvAny_;
   std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per-peer point-to-point message counters
   size_t pending_ = 0;
+  size_t sliceBytes_;
+  int anyStart_ = 0;
 };
 
 }  // namespace xccl

@@ -7,8 +7,9 @@
 // Windows: reserveSend() and peekRecv() expose contiguous ranges of the transport's
 // staging memory (registered with the Device) so that the engine copies or reduces
 // straight into / out of them. Ring sizes are multiples of 64 bytes and the engine keeps
-// every message 16-byte aligned in the stream, so a window never splits an element
-// (except that TCP may deliver a partial element, which the engine waits out).
+// every message 32-byte aligned in the stream, so a 32-byte frame header never straddles
+// the ring's end and a window never splits an element (TCP may deliver a partial element
+// or header, which the engine waits out).
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,521 @@
+// The C API edge: argument checks, group bookkeeping, and the one place where C++
+// exceptions become xcclResult_t codes (the message is kept for xcclGetLastError).
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../bootstrap/bootstrap.h"
+#include "../common/error.h"
+#include "../common/log.h"
+#include "comm.h"
+#include "device/device.h"
+#include "xccl.h"
+
+struct xcclComm {
+  std::unique_ptr<xccl::Comm> impl;
+};
+
+namespace xccl {
+namespace {
+
+thread_local std::string tlsLastError;
+
+// Runs fn, converting exceptions to result codes. Argument errors are reported at once and
+// do not fail the communicator; only errors inside the progress thread are sticky.
+template <typename Fn>
+xcclResult_t guarded(const char* what, Fn&& fn) {
+  try {
+    fn();
+    return xcclSuccess;
+  } catch (const Error& e) {
+    tlsLastError = strCat(what, ": ", e.what());
+    if (e.code() != xcclInvalidArgument) XCCL_WARN(INIT, tlsLastError);
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    tlsLastError = strCat(what, ": out of memory");
+    return xcclSystemError;
+  } catch (const std::exception& e) {
+    tlsLastError = strCat(what, ": internal error: ", e.what());
+    XCCL_WARN(INIT, tlsLastError);
+    return xcclInternalError;
+  }
+}
+
+Comm& commOf(xcclComm_t comm, const char* what) {
+  XCCL_CHECK_ARG(comm != nullptr && comm->impl, what, ": comm is NULL or destroyed");
+  return *comm->impl;
+}
+
+// ---- groups: per-thread list of (comm, args) until the outermost xcclGroupEnd ----
+thread_local int tlsGroupDepth = 0;
+thread_local std::vector<std::pair<Comm*, CollArgs>> tlsGroupOps;
+
+bool isP2P(CollType t) {
+  return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
+}
+
+void submit(Comm& comm, CollArgs args) {
+  if (tlsGroupDepth > 0) {
+    tlsGroupOps.emplace_back(&comm, std::move(args));
+    return;
+  }
+  OpEntry op;
+  (isP2P(args.type) ? op.p2p : op.colls).push_back(std::move(args));
+  comm.enqueue(std::move(op));
+}
+
+void checkType(xcclDataType_t dtype, const char* what) {
+  XCCL_CHECK_ARG(dtype >= 0 && dtype < xcclNumTypes, what, ": invalid datatype ",
+                 static_cast<int>(dtype));
+}
+
+void checkOp(xcclDataType_t dtype, xcclRedOp_t op, const char* what) {
+  checkType(dtype, what);
+  XCCL_CHECK_ARG(op >= 0 && op < xcclNumOps, what, ": invalid reduction op ",
+                 static_cast<int>(op));
+  XCCL_CHECK_ARG(opSupported(dtype, op), what, ": op ", xcclOpName(op),
+                 " is not supported for ", xcclTypeName(dtype));
+}
+
+void checkBuf(const void* p, size_t count, const char* name, const char* what) {
+  XCCL_CHECK_ARG(p != nullptr || count == 0, what, ": ", name, " is NULL with count ", count);
+}
+
+void checkRank(int r, const Comm& c, const char* role, const char* what) {
+  XCCL_CHECK_ARG(r >= 0 && r < c.nranks(), what, ": ", role, " ", r, " out of range [0, ",
+                 c.nranks(), ")");
+}
+
+CollArgs makeArgs(CollType type, const void* sendbuf, void* recvbuf, size_t count,
+                  xcclDataType_t dtype) {
+  CollArgs a;
+  a.type = type;
+  a.sendbuf = sendbuf;
+  a.recvbuf = recvbuf;
+  a.count = count;
+  a.dtype = dtype;
+  return a;
+}
+
+xcclResult_t initComm(xcclComm_t* out, int nranks, int rank, Store& store,
+                      const std::string& secret, const xcclConfig_t* config) {
+  xcclConfig_t cfg{};
+  cfg.device = -1;
+  if (config) cfg = *config;
+  auto c = std::make_unique<xcclComm>();
+  c->impl = std::make_unique<Comm>(store, rank, nranks, secret, cfg);
+  *out = c.release();
+  return xcclSuccess;
+}
+
+}  // namespace
+}  // namespace xccl
+
+using namespace xccl;  // NOLINT: this file is the API edge
+
+extern "C" {
+
+xcclResult_t xcclGetVersion(int* version) {
+  if (version == nullptr) return xcclInvalidArgument;
+  *version = XCCL_VERSION_CODE;
+  return xcclSuccess;
+}
+
+const char* xcclGetErrorString(xcclResult_t r) {
+  switch (r) {
+    case xcclSuccess:
+      return "no error";
+    case xcclUnhandledError:
+      return "unhandled error";
+    case xcclSystemError:
+      return "system error (a system call failed)";
+    case xcclInternalError:
+      return "internal error";
+    case xcclInvalidArgument:
+      return "invalid argument";
+    case xcclInvalidUsage:
+      return "invalid usage";
+    case xcclRemoteError:
+      return "remote error (a peer failed, exited or sent bad data)";
+    case xcclInProgress:
+      return "operation in progress";
+    case xcclTimeout:
+      return "operation timed out";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* xcclGetLastError(xcclComm_t comm) {
+  static thread_local std::string buf;
+  if (comm != nullptr && comm->impl && comm->impl->asyncError() != xcclSuccess) {
+    buf = comm->impl->lastError();
+    return buf.c_str();
+  }
+  return tlsLastError.c_str();
+}
+
+size_t xcclTypeSize(xcclDataType_t t) { return dtypeSize(t); }
+
+const char* xcclTypeName(xcclDataType_t t) {
+  static const char* names[] = {"int8",    "uint8",   "int32",    "int64", "float16",
+                                "float32", "float64", "bfloat16", "bool"};
+  return (t >= 0 && t < xcclNumTypes) ? names[t] : "invalid-dtype";
+}
+
+const char* xcclOpName(xcclRedOp_t op) {
+  static const char* names[] = {"sum",       "prod", "max", "min", "avg",
+                                "premulsum", "band", "bor", "bxor"};
+  return (op >= 0 && op < xcclNumOps) ? names[op] : "invalid-op";
+}
+
+xcclResult_t xcclGetUniqueId(xcclUniqueId* id) {
+  return guarded("xcclGetUniqueId", [&] {
+    XCCL_CHECK_ARG(id != nullptr, "uniqueId is NULL");
+    createUniqueId(id);
+  });
+}
+
+xcclResult_t xcclCommInitRankConfig(xcclComm_t* comm, int nranks, xcclUniqueId commId, int rank,
+                                    const xcclConfig_t* config) {
+  return guarded("xcclCommInitRank", [&] {
+    XCCL_CHECK_ARG(comm != nullptr, "comm is NULL");
+    XCCL_CHECK_ARG(nranks > 0 && rank >= 0 && rank < nranks, "rank ", rank, " / nranks ",
+                   nranks, " out of range");
+    int64_t t = config && config->timeout_ms > 0 ? config->timeout_ms : -1;
+    auto store = connectUniqueIdStore(commId, t > 0 ? Deadline::after(t) : Deadline::after(
+                                                                               30 * 60 * 1000));
+    initComm(comm, nranks, rank, *store, uniqueIdSecret(commId), config);
+  });
+}
+
+xcclResult_t xcclCommInitRank(xcclComm_t* comm, int nranks, xcclUniqueId commId, int rank) {
+  return xcclCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank,
+                                   const xcclStore_t* store, const char* prefix,
+                                   const xcclConfig_t* config) {
+  return guarded("xcclCommInitRankStore", [&] {
+    XCCL_CHECK_ARG(comm != nullptr && store != nullptr && store->set && store->get,
+                   "comm, store and its callbacks must be non-NULL");
+    XCCL_CHECK_ARG(nranks > 0 && rank >= 0 && rank < nranks, "rank ", rank, " / nranks ",
+                   nranks, " out of range");
+    auto s = makeCallbackStore(*store, prefix ? prefix : "");
+    int64_t t = config && config->timeout_ms > 0 ? config->timeout_ms : 30 * 60 * 1000;
+    // Rank 0 draws the communicator secret; the store is the trusted channel.
+    std::string secret;
+    if (rank == 0) {
+      secret = randomSecret();
+      s->set("secret", secret);
+    } else {
+      secret = s->get("secret", Deadline::after(t));
+    }
+    initComm(comm, nranks, rank, *s, secret, config);
+  });
+}
+
+xcclResult_t xcclCommDestroy(xcclComm_t comm) {
+  return guarded("xcclCommDestroy", [&] {
+    if (comm == nullptr) return;
+    comm->impl.reset();
+    delete comm;
+  });
+}
+
+xcclResult_t xcclCommAbort(xcclComm_t comm) {
+  return guarded("xcclCommAbort", [&] {
+    if (comm == nullptr) return;
+    if (comm->impl) comm->impl->abort();
+    comm->impl.reset();
+    delete comm;
+  });
+}
+
+xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError) {
+  return guarded("xcclCommGetAsyncError", [&] {
+    XCCL_CHECK_ARG(asyncError != nullptr, "asyncError is NULL");
+    *asyncError = commOf(comm, "xcclCommGetAsyncError").asyncError();
+  });
+}
+
+xcclResult_t xcclCommCount(const xcclComm_t comm, int* count) {
+  return guarded("xcclCommCount", [&] {
+    XCCL_CHECK_ARG(count != nullptr, "count is NULL");
+    *count = commOf(comm, "xcclCommCount").nranks();
+  });
+}
+
+xcclResult_t xcclCommUserRank(const xcclComm_t comm, int* rank) {
+  return guarded("xcclCommUserRank", [&] {
+    XCCL_CHECK_ARG(rank != nullptr, "rank is NULL");
+    *rank = commOf(comm, "xcclCommUserRank").rank();
+  });
+}
+
+xcclResult_t xcclEventRecord(xcclEvent_t* event, xcclComm_t comm) {
+  return guarded("xcclEventRecord", [&] {
+    XCCL_CHECK_ARG(event != nullptr, "event is NULL");
+    event->comm = comm;
+    event->seq = commOf(comm, "xcclEventRecord").lastEnqueued();
+  });
+}
+
+xcclResult_t xcclEventQuery(const xcclEvent_t* event) {
+  xcclResult_t r = xcclSuccess;
+  xcclResult_t g = guarded("xcclEventQuery", [&] {
+    XCCL_CHECK_ARG(event != nullptr, "event is NULL");
+    r = commOf(event->comm, "xcclEventQuery").query(event->seq);
+  });
+  return g != xcclSuccess ? g : r;
+}
+
+xcclResult_t xcclEventWait(const xcclEvent_t* event, int64_t timeout_ms) {
+  xcclResult_t r = xcclSuccess;
+  xcclResult_t g = guarded("xcclEventWait", [&] {
+    XCCL_CHECK_ARG(event != nullptr, "event is NULL");
+    Comm& c = commOf(event->comm, "xcclEventWait");
+    r = c.wait(event->seq, timeout_ms);
+    if (r == xcclTimeout) {
+      tlsLastError = strCat("xcclEventWait: rank ", c.rank(), ": operation ", event->seq,
+                            " not complete after ", timeout_ms < 0 ? c.timeoutMs() : timeout_ms,
+                            " ms");
+    } else if (r != xcclSuccess) {
+      tlsLastError = c.lastError();
+    }
+  });
+  return g != xcclSuccess ? g : r;
+}
+
+xcclResult_t xcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           xcclDataType_t datatype, xcclRedOp_t op, xcclComm_t comm,
+                           xcclStream_t stream) {
+  return guarded("xcclAllReduce", [&] {
+    Comm& c = commOf(comm, "xcclAllReduce");
+    checkOp(datatype, op, "xcclAllReduce");
+    XCCL_CHECK_ARG(op != xcclPremulSum, "xcclAllReduce: use xcclAllReducePremulSum for premulsum");
+    checkBuf(sendbuff, count, "sendbuff", "xcclAllReduce");
+    checkBuf(recvbuff, count, "recvbuff", "xcclAllReduce");
+    CollArgs a = makeArgs(CollType::kAllReduce, sendbuff, recvbuff, count, datatype);
+    a.op = op;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclAllReducePremulSum(const void* sendbuff, void* recvbuff, size_t count,
+                                    xcclDataType_t datatype, const void* scalar,
+                                    xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclAllReducePremulSum", [&] {
+    Comm& c = commOf(comm, "xcclAllReducePremulSum");
+    checkOp(datatype, xcclPremulSum, "xcclAllReducePremulSum");
+    XCCL_CHECK_ARG(scalar != nullptr, "xcclAllReducePremulSum: scalar is NULL");
+    checkBuf(sendbuff, count, "sendbuff", "xcclAllReducePremulSum");
+    checkBuf(recvbuff, count, "recvbuff", "xcclAllReducePremulSum");
+    CollArgs a = makeArgs(CollType::kAllReduce, sendbuff, recvbuff, count, datatype);
+    a.op = xcclPremulSum;
+    std::memcpy(a.scalar, scalar, dtypeSize(datatype));
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           xcclDataType_t datatype, int root, xcclComm_t comm,
+                           xcclStream_t stream) {
+  return guarded("xcclBroadcast", [&] {
+    Comm& c = commOf(comm, "xcclBroadcast");
+    checkType(datatype, "xcclBroadcast");
+    checkRank(root, c, "root", "xcclBroadcast");
+    if (c.rank() == root) checkBuf(sendbuff, count, "sendbuff", "xcclBroadcast");
+    checkBuf(recvbuff, count, "recvbuff", "xcclBroadcast");
+    CollArgs a = makeArgs(CollType::kBroadcast, sendbuff, recvbuff, count, datatype);
+    a.root = root;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        xcclDataType_t datatype, xcclRedOp_t op, int root, xcclComm_t comm,
+                        xcclStream_t stream) {
+  return guarded("xcclReduce", [&] {
+    Comm& c = commOf(comm, "xcclReduce");
+    checkOp(datatype, op, "xcclReduce");
+    XCCL_CHECK_ARG(op != xcclPremulSum, "xcclReduce: premulsum is only offered by allreduce");
+    checkRank(root, c, "root", "xcclReduce");
+    checkBuf(sendbuff, count, "sendbuff", "xcclReduce");
+    if (c.rank() == root) checkBuf(recvbuff, count, "recvbuff", "xcclReduce");
+    CollArgs a = makeArgs(CollType::kReduce, sendbuff, recvbuff, count, datatype);
+    a.op = op;
+    a.root = root;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclAllGather", [&] {
+    Comm& c = commOf(comm, "xcclAllGather");
+    checkType(datatype, "xcclAllGather");
+    checkBuf(sendbuff, sendcount, "sendbuff", "xcclAllGather");
+    checkBuf(recvbuff, sendcount, "recvbuff", "xcclAllGather");
+    submit(c, makeArgs(CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype));
+  });
+}
+
+xcclResult_t xcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               xcclDataType_t datatype, xcclRedOp_t op, xcclComm_t comm,
+                               xcclStream_t stream) {
+  return guarded("xcclReduceScatter", [&] {
+    Comm& c = commOf(comm, "xcclReduceScatter");
+    checkOp(datatype, op, "xcclReduceScatter");
+    XCCL_CHECK_ARG(op != xcclPremulSum, "xcclReduceScatter: premulsum is only offered by allreduce");
+    checkBuf(sendbuff, recvcount, "sendbuff", "xcclReduceScatter");
+    checkBuf(recvbuff, recvcount, "recvbuff", "xcclReduceScatter");
+    CollArgs a = makeArgs(CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype);
+    a.op = op;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclAllToAll", [&] {
+    Comm& c = commOf(comm, "xcclAllToAll");
+    checkType(datatype, "xcclAllToAll");
+    checkBuf(sendbuff, count, "sendbuff", "xcclAllToAll");
+    checkBuf(recvbuff, count, "recvbuff", "xcclAllToAll");
+    XCCL_CHECK_ARG(sendbuff != recvbuff || count == 0, "xcclAllToAll: in-place is not supported");
+    submit(c, makeArgs(CollType::kAllToAll, sendbuff, recvbuff, count, datatype));
+  });
+}
+
+xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
+                           void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
+                           xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclAllToAllv", [&] {
+    Comm& c = commOf(comm, "xcclAllToAllv");
+    checkType(datatype, "xcclAllToAllv");
+    XCCL_CHECK_ARG(sendcounts && sdispls && recvcounts && rdispls,
+                   "xcclAllToAllv: counts and displacements must be non-NULL");
+    CollArgs a = makeArgs(CollType::kAllToAllv, sendbuff, recvbuff, 0, datatype);
+    const int n = c.nranks();
+    a.sendcounts.assign(sendcounts, sendcounts + n);
+    a.sdispls.assign(sdispls, sdispls + n);
+    a.recvcounts.assign(recvcounts, recvcounts + n);
+    a.rdispls.assign(rdispls, rdispls + n);
+    size_t sendTotal = 0, recvTotal = 0;
+    for (int i = 0; i < n; ++i) {
+      sendTotal += sendcounts[i];
+      recvTotal += recvcounts[i];
+    }
+    checkBuf(sendbuff, sendTotal, "sendbuff", "xcclAllToAllv");
+    checkBuf(recvbuff, recvTotal, "recvbuff", "xcclAllToAllv");
+    XCCL_CHECK_ARG(sendbuff != recvbuff || (sendTotal == 0 && recvTotal == 0),
+                   "xcclAllToAllv: in-place is not supported");
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count,
+                        xcclDataType_t datatype, int root, xcclComm_t comm,
+                        xcclStream_t stream) {
+  return guarded("xcclGather", [&] {
+    Comm& c = commOf(comm, "xcclGather");
+    checkType(datatype, "xcclGather");
+    checkRank(root, c, "root", "xcclGather");
+    checkBuf(sendbuff, count, "sendbuff", "xcclGather");
+    if (c.rank() == root) checkBuf(recvbuff, count, "recvbuff", "xcclGather");
+    CollArgs a = makeArgs(CollType::kGather, sendbuff, recvbuff, count, datatype);
+    a.root = root;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                         xcclDataType_t datatype, int root, xcclComm_t comm,
+                         xcclStream_t stream) {
+  return guarded("xcclScatter", [&] {
+    Comm& c = commOf(comm, "xcclScatter");
+    checkType(datatype, "xcclScatter");
+    checkRank(root, c, "root", "xcclScatter");
+    if (c.rank() == root) checkBuf(sendbuff, count, "sendbuff", "xcclScatter");
+    checkBuf(recvbuff, count, "recvbuff", "xcclScatter");
+    CollArgs a = makeArgs(CollType::kScatter, sendbuff, recvbuff, count, datatype);
+    a.root = root;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclSend(const void* sendbuff, size_t count, xcclDataType_t datatype, int peer,
+                      xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclSend", [&] {
+    Comm& c = commOf(comm, "xcclSend");
+    checkType(datatype, "xcclSend");
+    checkRank(peer, c, "peer", "xcclSend");
+    XCCL_CHECK_ARG(peer != c.rank(), "xcclSend: rank ", peer, " cannot send to itself");
+    checkBuf(sendbuff, count, "sendbuff", "xcclSend");
+    CollArgs a = makeArgs(CollType::kSend, sendbuff, nullptr, count, datatype);
+    a.root = peer;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclRecv(void* recvbuff, size_t count, xcclDataType_t datatype, int peer,
+                      xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclRecv", [&] {
+    Comm& c = commOf(comm, "xcclRecv");
+    checkType(datatype, "xcclRecv");
+    checkRank(peer, c, "peer", "xcclRecv");
+    XCCL_CHECK_ARG(peer != c.rank(), "xcclRecv: rank ", peer, " cannot receive from itself");
+    checkBuf(recvbuff, count, "recvbuff", "xcclRecv");
+    CollArgs a = makeArgs(CollType::kRecv, nullptr, recvbuff, count, datatype);
+    a.root = peer;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclRecvAny(void* recvbuff, size_t count, xcclDataType_t datatype, int* peer,
+                         xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclRecvAny", [&] {
+    Comm& c = commOf(comm, "xcclRecvAny");
+    checkType(datatype, "xcclRecvAny");
+    XCCL_CHECK_ARG(c.nranks() > 1, "xcclRecvAny: no other rank to receive from");
+    checkBuf(recvbuff, count, "recvbuff", "xcclRecvAny");
+    CollArgs a = makeArgs(CollType::kRecvAny, nullptr, recvbuff, count, datatype);
+    a.anyPeerOut = peer;
+    submit(c, std::move(a));
+  });
+}
+
+xcclResult_t xcclBarrier(xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclBarrier", [&] {
+    Comm& c = commOf(comm, "xcclBarrier");
+    submit(c, makeArgs(CollType::kBarrier, nullptr, nullptr, 0, xcclUint8));
+  });
+}
+
+xcclResult_t xcclGroupStart(void) {
+  ++tlsGroupDepth;
+  return xcclSuccess;
+}
+
+xcclResult_t xcclGroupEnd(void) {
+  return guarded("xcclGroupEnd", [&] {
+    XCCL_CHECK(tlsGroupDepth > 0, "xcclGroupEnd without xcclGroupStart");
+    if (--tlsGroupDepth > 0) return;
+    // One queue entry per communicator, in order of first appearance.
+    std::vector<std::pair<Comm*, OpEntry>> perComm;
+    for (auto& [comm, args] : tlsGroupOps) {
+      auto it = std::find_if(perComm.begin(), perComm.end(),
+                             [&](const auto& e) { return e.first == comm; });
+      if (it == perComm.end()) it = perComm.insert(perComm.end(), {comm, OpEntry{}});
+      (isP2P(args.type) ? it->second.p2p : it->second.colls).push_back(std::move(args));
+    }
+    tlsGroupOps.clear();
+    for (auto& [comm, op] : perComm) comm->enqueue(std::move(op));
+  });
+}
+
+}  // extern "C"

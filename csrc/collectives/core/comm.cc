@@ -1,0 +1,217 @@
+#include "comm.h"
+
+#include <chrono>
+
+#include "../algorithms/algorithm.h"
+#include "../common/error.h"
+#include "../common/log.h"
+#include "../common/param.h"
+#include "device/device.h"
+
+namespace xccl {
+
+XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30 * 60 * 1000)
+XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50)
+
+Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
+           const xcclConfig_t& config)
+    : rank_(rank),
+      nranks_(nranks),
+      timeoutMs_(config.timeout_ms > 0 ? config.timeout_ms : xcclParamTimeoutMs()),
+      name_(config.name ? config.name : ""),
+      device_(&getDevice(config.device)) {
+  setLogRank(rank);
+  auto t0 = Clock::now();
+  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_),
+                        abort_);
+  std::vector<std::string> hostIds;
+  for (const auto& p : peers_.peers) hostIds.push_back(p.hostId);
+  topo_ = buildTopology(hostIds);
+  std::vector<Connection*> conns;
+  for (auto& c : peers_.connections) conns.push_back(c.get());
+  exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.ring, abort_);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  XCCL_INFO(INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks,
+            " ready on device ", device_->busId(), " in ", ms, " ms; ", topo_.hosts.size(),
+            " host(s), ring", [&] {
+              std::string s;
+              for (int r : topo_.ring) s += " " + std::to_string(r);
+              return s;
+            }());
+  if (rank == 0 && logEnabled(LogLevel::kInfo, TOPO)) XCCL_INFO(TOPO, "\n", describe());
+  worker_ = std::thread([this] { progressLoop(); });
+}
+
+Comm::~Comm() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    workCv_.notify_all();
+  }
+  // Drain what was enqueued, bounded by the timeout; then stop for good.
+  if (enqueued_.load() > completed_.load() && wait(enqueued_.load(), timeoutMs_) == xcclTimeout) {
+    XCCL_WARN(INIT, "rank ", rank_, ": destroy timed out waiting for pending operations; aborting");
+    abort();
+  }
+  if (worker_.joinable()) worker_.join();
+  closeConnections();
+}
+
+std::string Comm::describe() const {
+  std::vector<std::string> hostnames;
+  std::vector<std::vector<std::string>> transport(nranks_, std::vector<std::string>(nranks_));
+  for (int r = 0; r < nranks_; ++r) {
+    hostnames.push_back(peers_.peers[r].hostname);
+    for (int p = 0; p < nranks_; ++p) {
+      if (r == p) continue;
+      transport[r][p] = topo_.hostOf[r] == topo_.hostOf[p] && peers_.connections[p] &&
+                                std::string(peers_.connections[p]->kind()) == "SHM"
+                            ? "SHM"
+                            : (topo_.hostOf[r] == topo_.hostOf[p] ? "TCP" : "NET");
+    }
+  }
+  return describeTopology(topo_, hostnames, transport);
+}
+
+uint64_t Comm::enqueue(OpEntry op) {
+  xcclResult_t err = asyncError_.load();
+  if (err != xcclSuccess) throw Error(err, lastError());
+  op.streamToken = device_->streamCapture(nullptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  op.id = enqueued_.load() + 1;
+  queue_.push_back(std::move(op));
+  enqueued_.store(queue_.back().id);
+  if (workerSleeping_) workCv_.notify_one();
+  return enqueued_.load();
+}
+
+xcclResult_t Comm::query(uint64_t id) const {
+  if (id >= failedFrom_.load()) return asyncError_.load();
+  if (completed_.load(std::memory_order_acquire) >= id) return xcclSuccess;
+  return xcclInProgress;
+}
+
+xcclResult_t Comm::wait(uint64_t id, int64_t timeoutMs) {
+  if (timeoutMs < 0) timeoutMs = timeoutMs_;
+  // Short spin for latency-sensitive small operations, then block.
+  Backoff backoff;
+  for (int i = 0; i < 200; ++i) {
+    xcclResult_t r = query(id);
+    if (r != xcclInProgress) return r;
+    backoff.idle();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  bool done = doneCv_.wait_for(lock, std::chrono::milliseconds(timeoutMs),
+                               [&] { return query(id) != xcclInProgress; });
+  return done ? query(id) : xcclTimeout;
+}
+
+void Comm::abort() {
+  abort_.store(true);
+  fail(xcclInvalidUsage, strCat("rank ", rank_, ": communicator aborted"));
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_ = true;
+  workCv_.notify_all();
+}
+
+std::string Comm::lastError() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return errorMsg_;
+}
+
+void Comm::closeConnections() {
+  for (auto& c : peers_.connections) {
+    if (c) c->close();
+  }
+}
+
+void Comm::fail(xcclResult_t code, const std::string& msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (asyncError_.load() != xcclSuccess) return;  // first error wins
+    errorMsg_ = msg;
+    failedFrom_.store(completed_.load() + 1);
+    asyncError_.store(code);
+    doneCv_.notify_all();
+  }
+  XCCL_WARN(COLL, msg);
+  // Peers blocked on us see the closure at once instead of waiting for their timeout.
+  closeConnections();
+}
+
+void Comm::progressLoop() {
+  setLogRank(rank_);
+  const auto spin = std::chrono::microseconds(xcclParamProgressSpinUs());
+  for (;;) {
+    OpEntry op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty()) {
+        // Spin a little without the lock: the next op of a tight loop arrives soon.
+        lock.unlock();
+        auto until = Clock::now() + spin;
+        Backoff backoff;
+        while (enqueued_.load() == completed_.load() && Clock::now() < until && !stop_) {
+          backoff.idle();
+        }
+        lock.lock();
+        workerSleeping_ = true;
+        workCv_.wait(lock, [&] { return !queue_.empty() || stop_; });
+        workerSleeping_ = false;
+        if (queue_.empty()) return;  // stop_ and drained
+      }
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (asyncError_.load() == xcclSuccess) {
+      try {
+        runOp(op);
+      } catch (const Error& e) {
+        fail(e.code(), e.what());
+      } catch (const std::exception& e) {
+        fail(xcclInternalError, strCat("rank ", rank_, ": internal error: ", e.what()));
+      }
+    }
+    device_->streamRelease(op.streamToken);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      completed_.store(op.id, std::memory_order_release);
+      doneCv_.notify_all();
+    }
+  }
+}
+
+static void postP2P(Exchange& ex, const CollArgs& a) {
+  size_t bytes = a.count * dtypeSize(a.dtype);
+  switch (a.type) {
+    case CollType::kSend:
+      ex.send(a.root, a.sendbuf, bytes);
+      break;
+    case CollType::kRecv:
+      ex.recv(a.root, a.recvbuf, bytes);
+      break;
+    case CollType::kRecvAny:
+      ex.recvAny(a.recvbuf, bytes, a.anyPeerOut);
+      break;
+    default:
+      XCCL_CHECK(false, "not a point-to-point op: ", collName(a.type));
+  }
+}
+
+void Comm::runOp(OpEntry& op) {
+  device_->streamWait(op.streamToken);
+  for (const CollArgs& args : op.colls) {
+    ++collSeq_;
+    exchange_->beginOp(args.type, collSeq_, Deadline::after(timeoutMs_));
+    XCCL_TRACE(COLL, collName(args.type), " #", collSeq_, " count ", args.count, " ",
+               xcclTypeName(args.dtype), " ", xcclOpName(args.op), " root ", args.root);
+    runCollective(*exchange_, args);
+  }
+  if (!op.p2p.empty()) {
+    exchange_->beginOp(op.p2p.front().type, 0, Deadline::after(timeoutMs_));
+    for (const CollArgs& args : op.p2p) postP2P(*exchange_, args);
+    exchange_->wait();
+  }
+}
+
+}  // namespace xccl

@@ -1,0 +1,95 @@
+// The communicator: connections, topology, and one progress thread that runs enqueued
+// operations in order.
+//
+//   caller thread                     progress thread
+//   -------------                     ---------------
+//   enqueue(op) -> id  ------------>  pop op; wait for its inputs on the device stream
+//   event = {comm, id}                run collectives (runCollective) in issue order,
+//   query(id) / wait(id)  <--------   then post all of its sends/recvs and wait; publish id
+//
+// The first failure (timeout, dead peer, mismatch, abort) is sticky: it is recorded as
+// the async error, every connection is closed so that peers fail fast too, and every
+// later operation fails at once.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../algorithms/exchange.h"
+#include "../bootstrap/bootstrap.h"
+#include "../topology/topology.h"
+#include "xccl.h"
+
+namespace xccl {
+
+class Device;
+
+// One queue entry: the collectives of a call (or a group) and its point-to-point ops.
+struct OpEntry {
+  uint64_t id = 0;
+  std::vector<CollArgs> colls;
+  std::vector<CollArgs> p2p;
+  void* streamToken = nullptr;
+};
+
+class Comm {
+ public:
+  // Rendezvous through `store`, connect to every peer, start the progress thread.
+  Comm(Store& store, int rank, int nranks, const std::string& secret, const xcclConfig_t& config);
+  ~Comm();  // destroy(): drains the queue (bounded by the timeout), then frees everything
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  Device& device() { return *device_; }
+  int64_t timeoutMs() const { return timeoutMs_; }
+  const Topology& topology() const { return topo_; }
+  std::string describe() const;
+
+  // Returns the op's id. Throws the sticky error if the communicator has failed.
+  uint64_t enqueue(OpEntry op);
+  uint64_t lastEnqueued() const { return enqueued_.load(); }
+  // xcclSuccess, xcclInProgress, or the error that failed op `id`.
+  xcclResult_t query(uint64_t id) const;
+  // Waits up to timeoutMs (< 0: the communicator's timeout).
+  xcclResult_t wait(uint64_t id, int64_t timeoutMs);
+
+  void abort();
+  xcclResult_t asyncError() const { return asyncError_.load(); }
+  std::string lastError() const;
+
+ private:
+  void progressLoop();
+  void runOp(OpEntry& op);
+  void fail(xcclResult_t code, const std::string& msg);
+  void closeConnections();
+
+  int rank_, nranks_;
+  int64_t timeoutMs_;
+  std::string name_;
+  Device* device_;
+  PeerSetup peers_;
+  Topology topo_;
+  std::atomic<bool> abort_{false};
+  std::unique_ptr<Exchange> exchange_;
+  uint64_t collSeq_ = 0;  // progress thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable workCv_, doneCv_;
+  std::deque<OpEntry> queue_;
+  std::atomic<bool> stop_{false};
+  bool workerSleeping_ = false;
+  std::atomic<uint64_t> enqueued_{0}, completed_{0};
+  std::atomic<uint64_t> failedFrom_{UINT64_MAX};  // first op id that failed
+  std::atomic<xcclResult_t> asyncError_{xcclSuccess};
+  std::string errorMsg_;  // guarded by mu_
+  std::thread worker_;
+};
+
+}  // namespace xccl

@@ -1,0 +1,73 @@
+// Device selection and the dtype/op support matrix.
+#include "device.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "collectives/common/error.h"
+#include "collectives/common/log.h"
+#include "collectives/common/param.h"
+#include "dtype.h"
+#include "host/host_device.h"
+
+namespace xccl {
+
+XCCL_PARAM_STR(DeviceKind, "DEVICE", "host")
+
+size_t dtypeSize(xcclDataType_t dtype) {
+  switch (dtype) {
+    case xcclInt8:
+    case xcclUint8:
+    case xcclBool:
+      return 1;
+    case xcclFloat16:
+    case xcclBfloat16:
+      return 2;
+    case xcclInt32:
+    case xcclFloat32:
+      return 4;
+    case xcclInt64:
+    case xcclFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+bool opSupported(xcclDataType_t dtype, xcclRedOp_t op) {
+  if (dtypeSize(dtype) == 0 || op < 0 || op >= xcclNumOps) return false;
+  switch (op) {
+    case xcclSum:
+    case xcclProd:
+    case xcclMax:
+    case xcclMin:
+      return true;
+    case xcclAvg:
+    case xcclPremulSum:
+      return dtype != xcclBool;
+    case xcclBand:
+    case xcclBor:
+    case xcclBxor:
+      return !isFloatType(dtype);
+    default:
+      return false;
+  }
+}
+
+Device& getDevice(int ordinal) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, std::unique_ptr<Device>> devices;
+  std::string kind = xcclParamDeviceKind();
+  std::lock_guard<std::mutex> lock(mu);
+  if (kind == "host") {
+    int ord = ordinal < 0 ? 0 : ordinal;
+    auto& slot = devices[{kind, ord}];
+    if (!slot) slot = std::make_unique<HostDevice>(ord);
+    return *slot;
+  }
+  throw InvalidUsage(strCat("XCCL_DEVICE=", kind,
+                            " is not available in this build (available: host)"));
+}
+
+}  // namespace xccl

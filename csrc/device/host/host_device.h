@@ -1,0 +1,37 @@
+// The host-memory simulated accelerator: "device memory" is ordinary RAM, copies are
+// memcpy, kernels are loops the compiler vectorises. It runs everywhere and is the
+// reference the other devices are checked against.
+#pragma once
+
+#include "device/device.h"
+
+namespace xccl {
+
+class HostDevice : public Device {
+ public:
+  explicit HostDevice(int ordinal) : ordinal_(ordinal) {}
+  const char* name() const override { return "host"; }
+  int ordinal() const override { return ordinal_; }
+  std::string busId() const override;
+
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void registerStaging(void*, size_t) override {}
+  void unregisterStaging(void*) override {}
+
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
+  void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+              xcclRedOp_t op) override;
+  void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
+             const void* scalar) override;
+  void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) override;
+
+  void* streamCapture(xcclStream_t) override { return nullptr; }
+  void streamWait(void*) override {}
+  void streamRelease(void*) override {}
+
+ private:
+  int ordinal_;
+};
+
+}  // namespace xccl
