@@ -1,0 +1,170 @@
+// bench_core: the shared-memory heart of libxccl against the machine's physical limit.
+//
+// Forks N ranks (processes, default 2) on this host; they rendezvous through a unique id
+// and run float32 allreduce at 8 B (latency) and 1, 16, 64 MiB (bus bandwidth, as
+// nccl-tests defines it: busbw = algbw * 2(n-1)/n). In the same run, before the ranks
+// start, it measures single-thread memcpy bandwidth on buffers of the same sizes, the
+// limit a copy-based transport cannot beat. Prints a table and, with --json FILE, JSON.
+//
+//   bench_core [--ranks N] [--iters K] [--json out.json]
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "xccl.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Best-of-k single-thread memcpy bandwidth (bytes copied / s), buffers pre-faulted.
+double memcpyBandwidth(size_t bytes, int reps) {
+  std::vector<char> src(bytes, 1), dst(bytes, 2);
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    auto t1 = Clock::now();
+    best = std::min(best, seconds(t0, t1));
+  }
+  if (dst[bytes / 2] != 1) std::abort();
+  return static_cast<double>(bytes) / best;
+}
+
+struct Result {
+  size_t bytes;
+  double usPerOp;
+};
+
+void check(xcclResult_t r, const char* what) {
+  if (r != xcclSuccess) {
+    fprintf(stderr, "%s: %s: %s\n", what, xcclGetErrorString(r), xcclGetLastError(nullptr));
+    exit(1);
+  }
+}
+
+// Runs inside one rank: returns the time per allreduce for each size (median of rounds).
+std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id,
+                            const std::vector<size_t>& sizes, int iters) {
+  xcclComm_t comm;
+  check(xcclCommInitRank(&comm, nranks, id, rank), "init");
+  std::vector<Result> out;
+  for (size_t bytes : sizes) {
+    size_t count = bytes / sizeof(float);
+    std::vector<float> send(count, 1.0f + rank), recv(count);
+    int n = bytes <= 4096 ? iters * 50 : std::max(3, static_cast<int>(iters * (1 << 20) / bytes));
+    xcclEvent_t ev;
+    for (int w = 0; w < std::min(n, 20); ++w) {  // warm-up
+      check(xcclAllReduce(send.data(), recv.data(), count, xcclFloat32, xcclSum, comm, nullptr),
+            "allreduce");
+    }
+    check(xcclBarrier(comm, nullptr), "barrier");
+    check(xcclEventRecord(&ev, comm), "record");
+    check(xcclEventWait(&ev, -1), "wait");
+    std::vector<double> rounds;
+    for (int round = 0; round < 5; ++round) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        // One op at a time, as a training step issues them: latency includes the handoff.
+        check(xcclAllReduce(send.data(), recv.data(), count, xcclFloat32, xcclSum, comm, nullptr),
+              "allreduce");
+        check(xcclEventRecord(&ev, comm), "record");
+        check(xcclEventWait(&ev, -1), "wait");
+      }
+      rounds.push_back(seconds(t0, Clock::now()) / n * 1e6);
+    }
+    std::sort(rounds.begin(), rounds.end());
+    float want = 0;
+    for (int r = 0; r < nranks; ++r) want += 1.0f + r;
+    if (count > 0 && (recv[0] != want || recv[count - 1] != want)) {
+      fprintf(stderr, "rank %d: wrong result %f != %f\n", rank, recv[0], want);
+      exit(2);
+    }
+    out.push_back({bytes, rounds[rounds.size() / 2]});
+  }
+  check(xcclCommDestroy(comm), "destroy");
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int nranks = 2, iters = 20;
+  const char* json = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--ranks" && i + 1 < argc) nranks = atoi(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  const std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<double> memcpyBw;
+  for (size_t b : sizes) memcpyBw.push_back(b < 4096 ? 0 : memcpyBandwidth(b, b > (8 << 20) ? 5 : 20));
+
+  xcclUniqueId id;
+  check(xcclGetUniqueId(&id), "uniqueid");
+  // Rank 0's results come back through a shared anonymous mapping.
+  auto* shared = static_cast<Result*>(mmap(nullptr, sizeof(Result) * sizes.size(),
+                                           PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nranks; ++r) {
+    pid_t p = fork();
+    if (p == 0) {
+      auto res = runRank(r, nranks, id, sizes, iters);
+      if (r == 0) std::copy(res.begin(), res.end(), shared);
+      _exit(0);
+    }
+    pids.push_back(p);
+  }
+  int failed = 0;
+  for (pid_t p : pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    failed |= !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  if (failed) {
+    fprintf(stderr, "a rank failed\n");
+    return 1;
+  }
+  const double factor = 2.0 * (nranks - 1) / nranks;
+  printf("# bench_core: float32 allreduce, %d ranks (processes, shared memory), %ld cores\n",
+         nranks, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("%12s %12s %12s %12s %14s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+         "memcpy(GB/s)", "bus/memcpy");
+  FILE* jf = json ? fopen(json, "w") : nullptr;
+  if (jf) fprintf(jf, "{\"ranks\": %d, \"results\": [", nranks);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Result& r = shared[i];
+    double algbw = r.bytes / (r.usPerOp * 1e-6) / 1e9;
+    double busbw = algbw * factor;
+    double mc = memcpyBw[i] / 1e9;
+    printf("%12zu %12.2f %12.3f %12.3f %14s %10s\n", r.bytes, r.usPerOp, algbw, busbw,
+           mc > 0 ? std::to_string(mc).substr(0, 6).c_str() : "-",
+           mc > 0 ? std::to_string(busbw / mc).substr(0, 5).c_str() : "-");
+    if (jf) {
+      fprintf(jf, "%s{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, "
+              "\"memcpy_gbps\": %.4f}", i ? ", " : "", r.bytes, r.usPerOp, algbw, busbw, mc);
+    }
+  }
+  if (jf) {
+    fprintf(jf, "]}\n");
+    fclose(jf);
+  }
+  return 0;
+}
