@@ -1,0 +1,64 @@
+// AllGather schedules. recvbuf holds nranks blocks of count elements, rank-major; in-place
+// means sendbuf == recvbuf + rank * block bytes (my block is already where it belongs).
+//
+// "ring" (large messages): my own block is copied into place, then n-1 steps along the ring.
+// With p = my ring position and block(q) = the block of rank ring[q]:
+//
+//   step s = 0..n-2:  send block(p-s) to next, recv block(p-1-s) from prev
+//
+//        pos0        pos1        pos2
+//   s0:  b0 -> pos1  b1 -> pos2  b2 -> pos0      each block travels n-1 hops; what I
+//   s1:  b2 -> pos1  b0 -> pos2  b1 -> pos0      receive at step s I forward at step s+1
+//
+// "direct" (small messages): one step, I send my block to every rank and receive every
+// rank's block straight into its place in recvbuf.
+#include "schedule.h"
+
+namespace xccl {
+namespace algo {
+
+namespace {
+
+void copyOwnBlock(Exchange& ex, const CollArgs& args, size_t blockBytes) {
+  char* mine = at(args.recvbuf, ex.rank() * blockBytes);
+  if (mine != args.sendbuf) {
+    ex.device().copy(mine, args.sendbuf, blockBytes, CopyKind::kDeviceToDevice);
+  }
+}
+
+void ringRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), p = ex.ringPos(ex.rank());
+  const size_t blockBytes = args.count * dtypeSize(args.dtype);
+  const auto& ring = ex.ring();
+  copyOwnBlock(ex, args, blockBytes);
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendRank = ring[mod(p - s, n)], recvRank = ring[mod(p - 1 - s, n)];
+    ex.send(ex.ringNext(), at(args.recvbuf, sendRank * blockBytes), blockBytes);
+    ex.recv(ex.ringPrev(), at(args.recvbuf, recvRank * blockBytes), blockBytes);
+    ex.wait();
+  }
+}
+
+void directRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const size_t blockBytes = args.count * dtypeSize(args.dtype);
+  copyOwnBlock(ex, args, blockBytes);
+  for (int i = 1; i < n; ++i) ex.send((me + i) % n, args.sendbuf, blockBytes);
+  for (int i = 1; i < n; ++i) {
+    int peer = (me + n - i) % n;
+    ex.recv(peer, at(args.recvbuf, peer * blockBytes), blockBytes);
+  }
+  ex.wait();
+}
+
+bool always(const CollArgs&, const Exchange&) { return true; }
+
+}  // namespace
+
+std::vector<Algorithm> allgatherAlgorithms() {
+  return {{"ring", CollType::kAllGather, always, ringRun},
+          {"direct", CollType::kAllGather, always, directRun}};
+}
+
+}  // namespace algo
+}  // namespace xccl

@@ -1,0 +1,86 @@
+// Broadcast schedules.
+//
+// "chain" (large messages): the ranks in ring order starting at root form a chain
+// root = link 0 -> link 1 -> ... -> link n-1. The buffer is cut into chunks of
+// XCCL_CHAIN_CHUNK bytes and pipelined: a middle link, at step j, receives chunk j from its
+// prev while it forwards chunk j-1 (received at step j-1) to its next.
+//
+//   step:      0        1        2        3 ...
+//   root:    send c0..c(k-1) (all posted at once, the transport paces them)
+//   link 1:  recv c0  recv c1  recv c2  recv c3      (+ send c0, c1, c2 to link 2)
+//   link 2:           recv c0  recv c1  recv c2 ...  (+ forward)
+//   last:    recv c0..c(k-1) (all posted at once, nothing to forward)
+//
+// Every link receives into recvbuf and forwards from recvbuf; the root sends from sendbuf
+// and copies it into its own recvbuf (skipped in-place).
+//
+// "direct" (small messages): one step, the root sends the whole buffer to every rank.
+#include <algorithm>
+
+#include "schedule.h"
+
+namespace xccl {
+namespace algo {
+
+namespace {
+
+void chainRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks();
+  const int link = mod(ex.ringPos(ex.rank()) - ex.ringPos(args.root), n);
+  const size_t elemSize = dtypeSize(args.dtype);
+  const size_t chunkBytes = chainChunkBytes();
+  const size_t nchunks = pieceCount(args.count, elemSize, chunkBytes);
+  const size_t chunkElems = std::max<size_t>(1, chunkBytes / elemSize);
+  auto chunkOffset = [&](size_t j) { return j * chunkElems * elemSize; };
+  auto chunkSize = [&](size_t j) {
+    return std::min(chunkElems, args.count - j * chunkElems) * elemSize;
+  };
+
+  if (link == 0) {
+    for (size_t j = 0; j < nchunks; ++j) {
+      ex.send(ex.ringNext(), at(args.sendbuf, chunkOffset(j)), chunkSize(j));
+    }
+    ex.device().copy(args.recvbuf, args.sendbuf, args.count * elemSize,
+                     CopyKind::kDeviceToDevice);
+    ex.wait();
+    return;
+  }
+  if (link == n - 1) {
+    for (size_t j = 0; j < nchunks; ++j) {
+      ex.recv(ex.ringPrev(), at(args.recvbuf, chunkOffset(j)), chunkSize(j));
+    }
+    ex.wait();
+    return;
+  }
+  for (size_t j = 0; j <= nchunks; ++j) {
+    if (j < nchunks) ex.recv(ex.ringPrev(), at(args.recvbuf, chunkOffset(j)), chunkSize(j));
+    if (j > 0) ex.send(ex.ringNext(), at(args.recvbuf, chunkOffset(j - 1)), chunkSize(j - 1));
+    ex.wait();
+  }
+}
+
+void directRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  if (me == args.root) {
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != me) ex.send(peer, args.sendbuf, bytes);
+    }
+    ex.device().copy(args.recvbuf, args.sendbuf, bytes, CopyKind::kDeviceToDevice);
+  } else {
+    ex.recv(args.root, args.recvbuf, bytes);
+  }
+  ex.wait();
+}
+
+bool always(const CollArgs&, const Exchange&) { return true; }
+
+}  // namespace
+
+std::vector<Algorithm> broadcastAlgorithms() {
+  return {{"chain", CollType::kBroadcast, always, chainRun},
+          {"direct", CollType::kBroadcast, always, directRun}};
+}
+
+}  // namespace algo
+}  // namespace xccl

@@ -1,0 +1,321 @@
+// The algorithm registry, the selector and runCollective().
+//
+// runCollective(args):
+//   1. validate the arguments (InvalidArgument naming the collective and the bad value);
+//   2. nothing to move (count 0, not a handshake) -> return; one rank -> local device copy;
+//   3. PremulSum -> scale sendbuf by the scalar into a temporary, then Sum;
+//      Avg -> Sum, then divide the elements this rank owns as output by nranks;
+//   4. selectAlgorithm(args) and run it.
+//
+// selectAlgorithm(args):
+//   XCCL_ALGO = "<name>"                  every collective that has <name> uses it
+//             = "allreduce=ring,broadcast=chain"   per collective (others: automatic)
+//   A forced algorithm that declines the call is an InvalidUsage naming it. Otherwise the
+//   tuning table below orders the candidates by message size and the first that accepts
+//   the call runs:
+//
+//   collective      small (bytes <= knob)   large       knob (bytes of the whole buffer)
+//   allreduce       direct                  ring        XCCL_ALLREDUCE_DIRECT_MAX
+//   broadcast       direct                  chain       XCCL_BROADCAST_DIRECT_MAX
+//   reduce          direct                  chain       XCCL_REDUCE_DIRECT_MAX
+//   allgather       direct                  ring        XCCL_ALLGATHER_DIRECT_MAX (output)
+//   reducescatter   direct                  ring        XCCL_REDUCESCATTER_DIRECT_MAX (input)
+//   alltoall(v)     pairwise; gather, scatter: direct; send/recv/recvany: p2p;
+//   barrier: dissemination
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <string>
+
+#include "collectives/common/log.h"
+#include "collectives/common/param.h"
+#include "schedule.h"
+
+namespace xccl {
+
+XCCL_PARAM_STR(Algo, "ALGO", "")
+XCCL_PARAM(AllreduceDirectMax, "ALLREDUCE_DIRECT_MAX", 64 << 10)
+XCCL_PARAM(BroadcastDirectMax, "BROADCAST_DIRECT_MAX", 32 << 10)
+XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 32 << 10)
+XCCL_PARAM(AllgatherDirectMax, "ALLGATHER_DIRECT_MAX", 64 << 10)
+XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 64 << 10)
+
+namespace {
+
+using algo::at;
+
+bool isReduction(CollType t) {
+  return t == CollType::kAllReduce || t == CollType::kReduce || t == CollType::kReduceScatter;
+}
+bool isPointToPoint(CollType t) {
+  return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
+}
+bool hasRoot(CollType t) {
+  return t == CollType::kBroadcast || t == CollType::kReduce || t == CollType::kGather ||
+         t == CollType::kScatter;
+}
+
+// "Reduce_Scatter" -> "reducescatter": the key spelling of collName().
+std::string normalize(std::string s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '_' || c == '-' || std::isspace(static_cast<unsigned char>(c))) continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+const CollType kAllTypes[] = {
+    CollType::kAllReduce, CollType::kBroadcast, CollType::kReduce,   CollType::kAllGather,
+    CollType::kReduceScatter, CollType::kAllToAll, CollType::kAllToAllv, CollType::kGather,
+    CollType::kScatter,   CollType::kSend,      CollType::kRecv,     CollType::kRecvAny,
+    CollType::kBarrier};
+
+const Algorithm* findAlgorithm(CollType type, const std::string& name) {
+  for (const Algorithm& a : allAlgorithms()) {
+    if (a.type == type && name == a.name) return &a;
+  }
+  return nullptr;
+}
+
+// The algorithm name XCCL_ALGO forces for `type`, or "" for automatic choice.
+std::string forcedName(CollType type) {
+  const std::string spec = xcclParamAlgo();
+  if (spec.empty()) return "";
+  std::string global, mine;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    std::string tok = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    size_t eq = tok.find('=');
+    if (eq == std::string::npos) {
+      std::string name = normalize(tok);
+      if (name.empty()) continue;
+      XCCL_CHECK(global.empty() || global == name, "XCCL_ALGO='", spec,
+                 "' names two algorithms for every collective: ", global, " and ", name);
+      bool known = std::any_of(allAlgorithms().begin(), allAlgorithms().end(),
+                               [&](const Algorithm& a) { return name == a.name; });
+      XCCL_CHECK(known, "XCCL_ALGO='", spec, "': no collective has an algorithm named '", name,
+                 "'");
+      global = name;
+      continue;
+    }
+    std::string coll = normalize(tok.substr(0, eq)), name = normalize(tok.substr(eq + 1));
+    bool collKnown = std::any_of(std::begin(kAllTypes), std::end(kAllTypes),
+                                 [&](CollType t) { return coll == collName(t); });
+    XCCL_CHECK(collKnown, "XCCL_ALGO='", spec, "': unknown collective '", coll, "'");
+    if (coll != collName(type)) continue;
+    XCCL_CHECK(findAlgorithm(type, name) != nullptr, "XCCL_ALGO='", spec, "': ", coll,
+               " has no algorithm named '", name, "'");
+    mine = name;
+  }
+  if (!mine.empty()) return mine;
+  if (!global.empty() && findAlgorithm(type, global) != nullptr) return global;
+  return "";
+}
+
+// Candidate names for `args` in order of preference (the tuning table).
+std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  const size_t all = bytes * static_cast<size_t>(ex.nranks());
+  auto bySize = [](size_t size, int64_t max, const char* small, const char* large) {
+    return size <= static_cast<size_t>(max) ? std::vector<const char*>{small, large}
+                                            : std::vector<const char*>{large, small};
+  };
+  switch (args.type) {
+    case CollType::kAllReduce:
+      return bySize(bytes, xcclParamAllreduceDirectMax(), "direct", "ring");
+    case CollType::kBroadcast:
+      return bySize(bytes, xcclParamBroadcastDirectMax(), "direct", "chain");
+    case CollType::kReduce:
+      return bySize(bytes, xcclParamReduceDirectMax(), "direct", "chain");
+    case CollType::kAllGather:
+      return bySize(all, xcclParamAllgatherDirectMax(), "direct", "ring");
+    case CollType::kReduceScatter:
+      return bySize(all, xcclParamReducescatterDirectMax(), "direct", "ring");
+    default:
+      return {};  // the first registered algorithm that accepts the call
+  }
+}
+
+std::string describe(const CollArgs& args, const Exchange& ex) {
+  return strCat(args.count, " x ", xcclTypeName(args.dtype), " on ", ex.nranks(), " ranks");
+}
+
+// ---- validation ----
+
+void validate(const CollArgs& args, const Exchange& ex) {
+  const char* coll = collName(args.type);
+  const int n = ex.nranks();
+  XCCL_CHECK_ARG(args.dtype >= 0 && args.dtype < xcclNumTypes, coll, ": invalid datatype ",
+                 static_cast<int>(args.dtype));
+  if (isReduction(args.type)) {
+    XCCL_CHECK_ARG(args.op >= 0 && args.op < xcclNumOps, coll, ": invalid reduction op ",
+                   static_cast<int>(args.op));
+    XCCL_CHECK_ARG(opSupported(args.dtype, args.op), coll, ": op ", xcclOpName(args.op),
+                   " is not supported for datatype ", xcclTypeName(args.dtype));
+  }
+  if (hasRoot(args.type)) {
+    XCCL_CHECK_ARG(args.root >= 0 && args.root < n, coll, ": root ", args.root,
+                   " is out of range for ", n, " ranks");
+  }
+  if (args.type == CollType::kSend || args.type == CollType::kRecv) {
+    XCCL_CHECK_ARG(args.root >= 0 && args.root < n, coll, ": peer ", args.root,
+                   " is out of range for ", n, " ranks");
+    XCCL_CHECK_ARG(args.root != ex.rank(), coll, ": peer ", args.root,
+                   " is this rank (self send/recv is not supported outside a group)");
+  }
+  if (args.type == CollType::kRecvAny) {
+    XCCL_CHECK_ARG(n > 1, coll, ": there is no other rank to receive from (1 rank)");
+  }
+  const size_t elemSize = dtypeSize(args.dtype);
+  XCCL_CHECK_ARG(args.count <= SIZE_MAX / elemSize / static_cast<size_t>(n), coll, ": count ",
+                 args.count, " overflows the buffer size");
+  if (args.type == CollType::kAllToAllv) {
+    const size_t nn = static_cast<size_t>(n);
+    XCCL_CHECK_ARG(args.sendcounts.size() == nn && args.sdispls.size() == nn &&
+                       args.recvcounts.size() == nn && args.rdispls.size() == nn,
+                   coll, ": sendcounts, sdispls, recvcounts and rdispls need ", n,
+                   " entries each, got ", args.sendcounts.size(), ", ", args.sdispls.size(), ", ",
+                   args.recvcounts.size(), ", ", args.rdispls.size());
+    size_t sendTotal = 0, recvTotal = 0;
+    for (int j = 0; j < n; ++j) sendTotal += args.sendcounts[j];
+    for (int j = 0; j < n; ++j) recvTotal += args.recvcounts[j];
+    XCCL_CHECK_ARG(args.sendcounts[ex.rank()] == args.recvcounts[ex.rank()], coll, ": rank ",
+                   ex.rank(), " sends ", args.sendcounts[ex.rank()],
+                   " elements to itself but expects to receive ", args.recvcounts[ex.rank()]);
+    XCCL_CHECK_ARG(sendTotal == 0 || args.sendbuf != nullptr, coll, ": sendbuff is NULL");
+    XCCL_CHECK_ARG(recvTotal == 0 || args.recvbuf != nullptr, coll, ": recvbuff is NULL");
+    return;
+  }
+  if (args.count == 0) return;
+  const bool root = args.root == ex.rank();
+  bool needSend = true, needRecv = true;
+  switch (args.type) {
+    case CollType::kBroadcast:
+    case CollType::kScatter:
+      needSend = root;
+      break;
+    case CollType::kReduce:
+    case CollType::kGather:
+      needRecv = root;
+      break;
+    case CollType::kSend:
+      needRecv = false;
+      break;
+    case CollType::kRecv:
+    case CollType::kRecvAny:
+      needSend = false;
+      break;
+    case CollType::kBarrier:
+      needSend = needRecv = false;
+      break;
+    default:
+      break;
+  }
+  XCCL_CHECK_ARG(!needSend || args.sendbuf != nullptr, coll, ": sendbuff is NULL with count ",
+                 args.count);
+  XCCL_CHECK_ARG(!needRecv || args.recvbuf != nullptr, coll, ": recvbuff is NULL with count ",
+                 args.count);
+}
+
+// ---- one rank: every collective is a local copy ----
+
+void runLocal(Exchange& ex, const CollArgs& args) {
+  Device& device = ex.device();
+  const size_t elemSize = dtypeSize(args.dtype);
+  switch (args.type) {
+    case CollType::kBarrier:
+      return;
+    case CollType::kAllToAllv:
+      device.copy(at(args.recvbuf, args.rdispls[0] * elemSize),
+                  at(args.sendbuf, args.sdispls[0] * elemSize), args.sendcounts[0] * elemSize,
+                  CopyKind::kDeviceToDevice);
+      return;
+    default:
+      break;
+  }
+  if (isReduction(args.type) && args.op == xcclPremulSum) {
+    device.scale(args.recvbuf, args.sendbuf, args.count, args.dtype, args.scalar);
+    return;
+  }
+  // Avg divides by 1: a copy like every other op.
+  device.copy(args.recvbuf, args.sendbuf, args.count * elemSize, CopyKind::kDeviceToDevice);
+}
+
+// Elements this rank owns as output of a reduction (Avg divides them by nranks).
+size_t ownedOutput(const CollArgs& args, int rank) {
+  if (args.type == CollType::kReduce && rank != args.root) return 0;
+  return args.count;
+}
+
+}  // namespace
+
+const std::vector<Algorithm>& allAlgorithms() {
+  static const std::vector<Algorithm> all = [] {
+    std::vector<Algorithm> v;
+    for (auto list : {algo::allreduceAlgorithms, algo::broadcastAlgorithms, algo::reduceAlgorithms,
+                      algo::allgatherAlgorithms, algo::reduceScatterAlgorithms,
+                      algo::alltoallAlgorithms, algo::gatherScatterAlgorithms,
+                      algo::p2pAlgorithms, algo::barrierAlgorithms}) {
+      for (const Algorithm& a : list()) v.push_back(a);
+    }
+    return v;
+  }();
+  return all;
+}
+
+const Algorithm& selectAlgorithm(const CollArgs& args, const Exchange& ex) {
+  const std::string forced = forcedName(args.type);
+  if (!forced.empty()) {
+    const Algorithm* a = findAlgorithm(args.type, forced);
+    if (!a->supports(args, ex)) {
+      throw InvalidUsage(strCat("XCCL_ALGO forces ", collName(args.type), " algorithm '", forced,
+                                "', which declines this call (", describe(args, ex),
+                                "); unset XCCL_ALGO or pick another algorithm"));
+    }
+    return *a;
+  }
+  for (const char* name : tuningOrder(args, ex)) {
+    const Algorithm* a = findAlgorithm(args.type, name);
+    if (a != nullptr && a->supports(args, ex)) return *a;
+  }
+  for (const Algorithm& a : allAlgorithms()) {
+    if (a.type == args.type && a.supports(args, ex)) return a;
+  }
+  throw InvalidUsage(strCat("no ", collName(args.type), " algorithm accepts ", describe(args, ex)));
+}
+
+void runCollective(Exchange& ex, const CollArgs& args) {
+  validate(args, ex);
+  const bool handshake = isPointToPoint(args.type) || args.type == CollType::kBarrier ||
+                         args.type == CollType::kAllToAllv;
+  if (args.count == 0 && !handshake) return;  // nothing to move on any rank
+  if (ex.nranks() == 1) {
+    runLocal(ex, args);
+    return;
+  }
+  CollArgs run = args;
+  const bool reduction = isReduction(args.type);
+  std::unique_ptr<algo::DeviceBuffer> scaled;
+  if (reduction && args.op == xcclPremulSum) {
+    // Scale my whole input (reducescatter: all nranks blocks) and sum the scaled copies.
+    size_t inputCount = args.count * (args.type == CollType::kReduceScatter ? ex.nranks() : 1);
+    scaled = std::make_unique<algo::DeviceBuffer>(ex.device(), inputCount * dtypeSize(args.dtype));
+    ex.device().scale(scaled->get(), args.sendbuf, inputCount, args.dtype, args.scalar);
+    run.sendbuf = scaled->get();
+    run.op = xcclSum;
+  }
+  if (reduction && args.op == xcclAvg) run.op = xcclSum;
+  const Algorithm& algorithm = selectAlgorithm(run, ex);
+  XCCL_TRACE(COLL, collName(args.type), " ", describe(args, ex), " op ",
+             reduction ? xcclOpName(args.op) : "-", " root ", args.root, " via ", algorithm.name);
+  algorithm.run(ex, run);
+  if (reduction && args.op == xcclAvg) {
+    size_t owned = ownedOutput(args, ex.rank());
+    if (owned > 0) ex.device().divide(args.recvbuf, owned, args.dtype, ex.nranks());
+  }
+}
+
+}  // namespace xccl
