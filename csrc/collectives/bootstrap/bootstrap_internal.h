@@ -1,0 +1,34 @@
+// Internals of the bootstrap shared with the transports' connect step and the tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "bootstrap.h"
+
+namespace xccl {
+
+// Wire form of PeerInfo: "XPI1", then rank, pid and flags (u32 LE), then four length-prefixed
+// strings (u32 LE length + bytes). parsePeerInfo throws RemoteError on anything
+// malformed (truncated, oversized field, trailing bytes) and never reads out of bounds.
+// `flags` carries per-rank transport choices that both ends of a pair must agree on
+// (bit 0: this rank has XCCL_SHM_DISABLE set).
+std::string serializePeerInfo(const PeerInfo& info, uint32_t flags = 0);
+PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags = nullptr);
+constexpr uint32_t kPeerFlagNoShm = 1;
+
+// Test hook: while set (non-empty) on a thread, localHostId() on that thread returns it,
+// ahead of XCCL_NODE_ID. Lets ranks that are threads of one process pretend to live on
+// different hosts. Pass "" to clear.
+void setThreadHostIdOverride(const std::string& hostId);
+
+// Key under which connectPeers marks "rank r has read everything it needs from the
+// store". The unique-id store server counts these marks (the value is nranks) and shuts
+// down once every rank has marked and every client has disconnected.
+constexpr const char* kDoneKeyPrefix = "peer/done/";
+
+// Hex helpers for secrets.
+std::string toHex(const std::string& raw);
+std::string fromHex(const std::string& hex);  // "" when hex is malformed
+
+}  // namespace xccl

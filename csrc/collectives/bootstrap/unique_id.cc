@@ -1,0 +1,383 @@
+// The unique-id rendezvous: a tiny authenticated key-value server over TCP, started by
+// createUniqueId() in the calling process, and the Store client every rank uses.
+//
+// Unique id (128 bytes): "XCID" | u32 version | IPv4 addr (4, network order) |
+// port (2, network order) | 2 zero | 32-byte raw secret | zeros.
+//
+// Wire protocol (all integers u32 little-endian):
+//   client hello : "XCSB" | version | 32-byte secret      -> server: 1 byte, 0 = accepted
+//   set          : 'S' | keylen | key | vallen | value    -> 1 byte 0
+//   get          : 'G' | keylen | key                     -> 0 | vallen | value, or 1 (absent)
+// The server never blocks on a client: a get of an absent key answers "absent" and the
+// client polls, so a slow or dead client cannot stall the others. Lengths are bounded
+// before anything is buffered; anything malformed closes that client (and is logged).
+//
+// Lifetime: the server thread is detached and owns its state. It exits once every rank
+// has written its "peer/done/<rank>" mark (value = nranks) and every client connection has
+// closed; until then it sleeps in poll() and is harmless at process exit.
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "../common/error.h"
+#include "../common/log.h"
+#include "../common/param.h"
+#include "../transport/tcp/socket.h"
+#include "bootstrap_internal.h"
+
+namespace xccl {
+
+// "ip:port" for the unique-id server to listen on (fixed port, e.g. for a launcher);
+// empty = the host's primary address (XCCL_SOCKET_IFNAME) and an ephemeral port.
+XCCL_PARAM_STR(CommId, "COMM_ID", "")
+
+namespace {
+
+constexpr char kIdMagic[4] = {'X', 'C', 'I', 'D'};
+constexpr char kHelloMagic[4] = {'X', 'C', 'S', 'B'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kSecretBytes = 32;
+constexpr size_t kHelloBytes = 8 + kSecretBytes;
+constexpr uint32_t kMaxKey = 1024;
+constexpr uint32_t kMaxValue = 64u << 20;
+constexpr int kHelloTimeoutMs = 10000;  // a client that never says hello is dropped
+constexpr int64_t kRoundTripMs = 60000;  // one request/response with a live server
+
+struct Client {
+  net::Fd fd;
+  std::string addr;
+  bool authed = false;
+  Clock::time_point since = Clock::now();
+  std::string in, out;
+};
+
+enum class Parse { kNeedMore, kDone, kBad };
+
+class StoreServer {
+ public:
+  StoreServer(net::Fd listener, std::string secret)
+      : listener_(std::move(listener)), secret_(std::move(secret)) {}
+
+  void run();
+
+ private:
+  void acceptAll();
+  bool readClient(Client& c);  // false: close it
+  bool flushClient(Client& c);
+  Parse handleOne(Client& c, std::string* why);
+  Parse handleHello(Client& c, std::string* why);
+  bool finished() const;
+
+  net::Fd listener_;
+  std::string secret_;  // raw bytes
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::map<std::string, std::string> kv_;
+  std::set<std::string> doneKeys_;
+  long nranks_ = 0;  // learned from the done marks
+};
+
+void StoreServer::run() {
+  std::vector<pollfd> fds;
+  while (!finished()) {
+    fds.clear();
+    fds.push_back({listener_.get(), POLLIN, 0});
+    for (auto& c : clients_) {
+      fds.push_back({c->fd.get(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
+    }
+    int n = ::poll(fds.data(), fds.size(), 200);
+    if (n < 0 && errno != EINTR) {
+      XCCL_WARN(BOOT, "store server: poll failed: ", errnoString(errno), "; stopping");
+      return;
+    }
+    std::vector<bool> keep(clients_.size(), true);
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Client& c = *clients_[i];
+      short ev = fds[i + 1].revents;
+      if (ev & (POLLIN | POLLHUP | POLLERR)) keep[i] = readClient(c);
+      if (keep[i] && !c.out.empty()) keep[i] = flushClient(c);
+      if (keep[i] && !c.authed &&
+          Clock::now() - c.since > std::chrono::milliseconds(kHelloTimeoutMs)) {
+        XCCL_WARN(BOOT, "store server: dropped client ", c.addr, ": no hello within ",
+                  kHelloTimeoutMs, " ms");
+        keep[i] = false;
+      }
+    }
+    for (size_t i = clients_.size(); i-- > 0;) {
+      if (!keep[i]) clients_.erase(clients_.begin() + static_cast<long>(i));
+    }
+    if (fds[0].revents & POLLIN) acceptAll();
+  }
+  XCCL_INFO(BOOT, "store server: all ", nranks_, " ranks done, stopping");
+}
+
+bool StoreServer::finished() const {
+  return nranks_ > 0 && static_cast<long>(doneKeys_.size()) >= nranks_ && clients_.empty();
+}
+
+void StoreServer::acceptAll() {
+  for (;;) {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN, or a transient error: try again on the next poll
+    auto c = std::make_unique<Client>();
+    c->fd.reset(fd);
+    c->addr = net::peerAddrOf(fd);
+    clients_.push_back(std::move(c));
+  }
+}
+
+bool StoreServer::readClient(Client& c) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      std::string why;
+      Parse p;
+      while ((p = handleOne(c, &why)) == Parse::kDone) {
+      }
+      if (p == Parse::kBad) {
+        XCCL_WARN(BOOT, "refused store client ", c.addr, ": ", why);
+        if (!c.out.empty()) flushClient(c);  // best effort: tell it why
+        return false;
+      }
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    if (!c.in.empty()) {
+      XCCL_WARN(BOOT, "store server: client ", c.addr, " closed mid-request (", c.in.size(),
+                " bytes pending)");
+    }
+    return false;  // EOF or error
+  }
+}
+
+bool StoreServer::flushClient(Client& c) {
+  while (!c.out.empty()) {
+    ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    return false;
+  }
+  return true;
+}
+
+Parse StoreServer::handleHello(Client& c, std::string* why) {
+  if (c.in.size() < kHelloBytes) return Parse::kNeedMore;
+  const auto* p = reinterpret_cast<const unsigned char*>(c.in.data());
+  if (std::memcmp(p, kHelloMagic, 4) != 0 || net::getU32(p + 4) != kVersion) {
+    *why = "bad hello (not an xccl store client, or another version)";
+    return Parse::kBad;
+  }
+  if (!net::constantTimeEqual(c.in.substr(8, kSecretBytes), secret_)) {
+    c.out.push_back(1);
+    *why = "bad secret";
+    return Parse::kBad;
+  }
+  c.in.erase(0, kHelloBytes);
+  c.authed = true;
+  c.out.push_back(0);
+  return Parse::kDone;
+}
+
+// Parses and answers one complete request at the front of c.in.
+Parse StoreServer::handleOne(Client& c, std::string* why) {
+  if (!c.authed) return handleHello(c, why);
+  if (c.in.size() < 5) return Parse::kNeedMore;
+  const auto* p = reinterpret_cast<const unsigned char*>(c.in.data());
+  char op = static_cast<char>(p[0]);
+  uint32_t klen = net::getU32(p + 1);
+  if ((op != 'S' && op != 'G') || klen == 0 || klen > kMaxKey) {
+    *why = strCat("malformed request (op ", static_cast<int>(op), ", key length ", klen, ")");
+    return Parse::kBad;
+  }
+  size_t need = 5 + klen;
+  if (c.in.size() < need) return Parse::kNeedMore;
+  std::string key = c.in.substr(5, klen);
+  if (op == 'G') {
+    c.in.erase(0, need);
+    auto it = kv_.find(key);
+    if (it == kv_.end()) {
+      c.out.push_back(1);
+    } else {
+      c.out.push_back(0);
+      net::putU32(c.out, static_cast<uint32_t>(it->second.size()));
+      c.out += it->second;
+    }
+    return Parse::kDone;
+  }
+  if (c.in.size() < need + 4) return Parse::kNeedMore;
+  uint32_t vlen = net::getU32(p + need);
+  if (vlen > kMaxValue) {
+    *why = strCat("value of ", vlen, " bytes exceeds the limit of ", kMaxValue);
+    return Parse::kBad;
+  }
+  if (c.in.size() < need + 4 + vlen) return Parse::kNeedMore;
+  std::string value = c.in.substr(need + 4, vlen);
+  c.in.erase(0, need + 4 + vlen);
+  if (key.compare(0, std::strlen(kDoneKeyPrefix), kDoneKeyPrefix) == 0) {
+    long n = std::strtol(value.c_str(), nullptr, 10);
+    if (n > 0) nranks_ = n;
+    doneKeys_.insert(key);
+  }
+  kv_[key] = std::move(value);
+  c.out.push_back(0);
+  return Parse::kDone;
+}
+
+// The client side: one authenticated connection, one request at a time.
+class UniqueIdStore : public Store {
+ public:
+  UniqueIdStore(net::Fd fd, std::string addr) : fd_(std::move(fd)), addr_(std::move(addr)) {}
+
+  void set(const std::string& key, const std::string& value) override {
+    XCCL_CHECK_ARG(!key.empty() && key.size() <= kMaxKey, "store key length ", key.size());
+    XCCL_CHECK_ARG(value.size() <= kMaxValue, "store value of ", value.size(), " bytes");
+    std::string req = "S";
+    net::putU32(req, static_cast<uint32_t>(key.size()));
+    req += key;
+    net::putU32(req, static_cast<uint32_t>(value.size()));
+    req += value;
+    std::lock_guard<std::mutex> lock(mu_);
+    Deadline io = Deadline::after(kRoundTripMs);
+    net::WaitCtx ctx{io, nullptr, strCat("store ", addr_, ": set '", key, "'")};
+    guarded([&] {
+      net::sendAll(fd_.get(), req.data(), req.size(), ctx);
+      char status = 1;
+      net::recvAll(fd_.get(), &status, 1, ctx);
+      if (status != 0) throw RemoteError(strCat(ctx.what, ": server answered ", int(status)));
+    });
+  }
+
+  std::string get(const std::string& key, const Deadline& deadline) override {
+    XCCL_CHECK_ARG(!key.empty() && key.size() <= kMaxKey, "store key length ", key.size());
+    std::string req = "G";
+    net::putU32(req, static_cast<uint32_t>(key.size()));
+    req += key;
+    for (int polls = 0;; ++polls) {
+      std::string value;
+      if (tryGet(key, req, &value)) return value;
+      if (deadline.expired()) {
+        throw Timeout(strCat("store ", addr_, ": get '", key, "' timed out after ",
+                             deadline.budgetMs(), " ms"));
+      }
+      // Poll gently: the key usually appears within milliseconds, but a rank may be
+      // seconds late (another process still starting up).
+      std::this_thread::sleep_for(std::chrono::microseconds(polls < 20 ? 500 : 5000));
+    }
+  }
+
+ private:
+  bool tryGet(const std::string& key, const std::string& req, std::string* value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Deadline io = Deadline::after(kRoundTripMs);
+    net::WaitCtx ctx{io, nullptr, strCat("store ", addr_, ": get '", key, "'")};
+    bool found = false;
+    guarded([&] {
+      net::sendAll(fd_.get(), req.data(), req.size(), ctx);
+      unsigned char status = 1;
+      net::recvAll(fd_.get(), &status, 1, ctx);
+      if (status != 0) return;
+      unsigned char len[4];
+      net::recvAll(fd_.get(), len, 4, ctx);
+      uint32_t n = net::getU32(len);
+      if (n > kMaxValue) throw RemoteError(strCat(ctx.what, ": bad value length ", n));
+      value->assign(n, '\0');
+      net::recvAll(fd_.get(), value->data(), n, ctx);
+      found = true;
+    });
+    return found;
+  }
+
+  // A failed round trip leaves the stream out of sync: refuse further use.
+  template <typename F>
+  void guarded(F&& f) {
+    if (broken_) throw RemoteError(strCat("store ", addr_, ": connection failed earlier"));
+    try {
+      f();
+    } catch (...) {
+      broken_ = true;
+      throw;
+    }
+  }
+
+  std::mutex mu_;
+  net::Fd fd_;
+  std::string addr_;
+  bool broken_ = false;
+};
+
+sockaddr_in idAddr(const xcclUniqueId& id) {
+  XCCL_CHECK_ARG(std::memcmp(id.internal, kIdMagic, 4) == 0 &&
+                     net::getU32(reinterpret_cast<const unsigned char*>(id.internal) + 4) == kVersion,
+                 "not an xccl unique id (bad magic or version): was it made by xcclGetUniqueId?");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  std::memcpy(&addr.sin_addr.s_addr, id.internal + 8, 4);
+  std::memcpy(&addr.sin_port, id.internal + 12, 2);
+  return addr;
+}
+
+}  // namespace
+
+void createUniqueId(xcclUniqueId* id) {
+  XCCL_CHECK_ARG(id != nullptr, "uniqueId is NULL");
+  std::string commId = xcclParamCommId();
+  sockaddr_in addr = commId.empty() ? net::localAddress() : net::parseAddr(commId);
+  net::Fd listener = net::listenOn(addr);
+  addr = net::boundAddr(listener.get());
+  std::string secret = fromHex(randomSecret());
+
+  std::memset(id->internal, 0, sizeof(id->internal));
+  std::memcpy(id->internal, kIdMagic, 4);
+  std::string ver;
+  net::putU32(ver, kVersion);
+  std::memcpy(id->internal + 4, ver.data(), 4);
+  std::memcpy(id->internal + 8, &addr.sin_addr.s_addr, 4);
+  std::memcpy(id->internal + 12, &addr.sin_port, 2);
+  std::memcpy(id->internal + 16, secret.data(), kSecretBytes);
+
+  auto* server = new StoreServer(std::move(listener), secret);
+  // Detached: the thread owns `server` and frees it when every rank is done. If the
+  // process exits first, the thread dies in poll() without touching anything global.
+  std::thread([server] {
+    server->run();
+    delete server;
+  }).detach();
+  XCCL_INFO(BOOT, "unique-id store listening on ", net::formatAddr(addr));
+}
+
+std::string uniqueIdSecret(const xcclUniqueId& id) {
+  idAddr(id);  // validates the magic
+  return toHex(std::string(id.internal + 16, kSecretBytes));
+}
+
+std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline) {
+  sockaddr_in addr = idAddr(id);
+  std::string where = net::formatAddr(addr);
+  net::WaitCtx ctx{deadline, nullptr, strCat("unique-id store ", where)};
+  net::Fd fd = net::connectTo(addr, ctx);
+  std::string hello(kHelloMagic, 4);
+  net::putU32(hello, kVersion);
+  hello.append(id.internal + 16, kSecretBytes);
+  net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
+  char status = 1;
+  net::recvAll(fd.get(), &status, 1, ctx);
+  if (status != 0) throw RemoteError(strCat(ctx.what, " refused us: bad secret"));
+  XCCL_TRACE(BOOT, "connected to unique-id store ", where);
+  return std::make_unique<UniqueIdStore>(std::move(fd), where);
+}
+
+}  // namespace xccl

@@ -1,0 +1,243 @@
+#include "socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "../../common/error.h"
+#include "../../common/log.h"
+#include "../../common/param.h"
+
+namespace xccl {
+namespace net {
+
+// Interface to take addresses from (exact name, or a prefix such as "eth"); empty = auto.
+XCCL_PARAM_STR(SocketIfname, "SOCKET_IFNAME", "")
+
+namespace {
+// Polls sleep at most this long, so that abort flags are noticed promptly.
+constexpr int kPollSliceMs = 50;
+}  // namespace
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+sockaddr_in parseAddr(const std::string& text) {
+  size_t colon = text.rfind(':');
+  XCCL_CHECK_ARG(colon != std::string::npos, "bad address '", text, "': expected ip:port");
+  std::string host = text.substr(0, colon);
+  std::string port = text.substr(colon + 1);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  XCCL_CHECK_ARG(inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1, "bad address '", text,
+                 "': '", host, "' is not an IPv4 address");
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  XCCL_CHECK_ARG(!port.empty() && *end == '\0' && p >= 0 && p <= 65535, "bad address '", text,
+                 "': bad port");
+  addr.sin_port = htons(static_cast<uint16_t>(p));
+  return addr;
+}
+
+std::string formatAddr(const sockaddr_in& addr) {
+  char buf[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof(buf));
+  return strCat(buf, ":", ntohs(addr.sin_port));
+}
+
+std::string peerAddrOf(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.sin_family != AF_INET)
+    return "?";
+  return formatAddr(addr);
+}
+
+sockaddr_in localAddress() {
+  std::string want = xcclParamSocketIfname();
+  sockaddr_in found{};
+  bool ok = false;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* ifa = list; ifa && !ok; ifa = ifa->ifa_next) {
+      if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET) continue;
+      if (!(ifa->ifa_flags & IFF_UP)) continue;
+      std::string name = ifa->ifa_name ? ifa->ifa_name : "";
+      if (!want.empty()) {
+        if (name.compare(0, want.size(), want) != 0) continue;
+      } else if (ifa->ifa_flags & IFF_LOOPBACK) {
+        continue;  // without a hint, prefer an address other hosts can reach
+      }
+      std::memcpy(&found, ifa->ifa_addr, sizeof(found));
+      ok = true;
+    }
+    freeifaddrs(list);
+  }
+  if (!ok) {
+    if (!want.empty()) {
+      throw InvalidUsage(strCat("XCCL_SOCKET_IFNAME=", want, ": no up IPv4 interface matches"));
+    }
+    found.sin_family = AF_INET;
+    found.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+  found.sin_port = 0;
+  return found;
+}
+
+Fd listenOn(const sockaddr_in& addr) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  XCCL_SYSCHECK(fd.get(), "socket");
+  int one = 1;
+  // A fixed port (XCCL_COMM_ID) must be reusable right after a previous run.
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    throw IoError(strCat("bind to ", formatAddr(addr), " failed: ", errnoString(errno)));
+  }
+  XCCL_SYSCHECK(::listen(fd.get(), SOMAXCONN), "listen");
+  return fd;
+}
+
+sockaddr_in boundAddr(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  XCCL_SYSCHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), "getsockname");
+  return addr;
+}
+
+void setNonblockingNoDelay(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  XCCL_SYSCHECK(flags, "fcntl(F_GETFL)");
+  XCCL_SYSCHECK(fcntl(fd, F_SETFL, flags | O_NONBLOCK), "fcntl(F_SETFL)");
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+short waitFd(int fd, short events, const WaitCtx& ctx) {
+  for (;;) {
+    if (ctx.abortFlag && ctx.abortFlag->load(std::memory_order_relaxed)) {
+      throw InvalidUsage(strCat(ctx.what, ": aborted"));
+    }
+    if (ctx.deadline.expired()) {
+      throw Timeout(strCat(ctx.what, ": timed out after ", ctx.deadline.budgetMs(), " ms"));
+    }
+    int64_t left = ctx.deadline.remainingMs();
+    int slice = left < 0 ? kPollSliceMs : static_cast<int>(std::min<int64_t>(left, kPollSliceMs));
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, slice);
+    if (n < 0 && errno != EINTR) XCCL_SYSCHECK(n, strCat(ctx.what, ": poll"));
+    if (n > 0) return p.revents;
+  }
+}
+
+Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx) {
+  for (int attempt = 0;; ++attempt) {
+    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    XCCL_SYSCHECK(fd.get(), "socket");
+    int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      waitFd(fd.get(), POLLOUT, ctx);
+      socklen_t len = sizeof(err);
+      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err == 0) {
+      setNonblockingNoDelay(fd.get());
+      return fd;
+    }
+    // The listener may not be up yet (store server racing its clients); anything
+    // else is a real failure.
+    if (err != ECONNREFUSED && err != ECONNRESET && err != ETIMEDOUT && err != EAGAIN) {
+      throw IoError(strCat(ctx.what, ": connect failed: ", errnoString(err)));
+    }
+    fd.reset();
+    if (ctx.deadline.expired()) {
+      throw Timeout(strCat(ctx.what, ": connect failed (", errnoString(err), ") until deadline of ",
+                           ctx.deadline.budgetMs(), " ms"));
+    }
+    if (ctx.abortFlag && ctx.abortFlag->load()) throw InvalidUsage(strCat(ctx.what, ": aborted"));
+    ::usleep(std::min(attempt + 1, 20) * 5000);
+  }
+}
+
+void sendAll(int fd, const void* buf, size_t len, const WaitCtx& ctx) {
+  const char* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      waitFd(fd, POLLOUT, ctx);
+      continue;
+    }
+    throw RemoteError(strCat(ctx.what, ": send failed: ", errnoString(errno)));
+  }
+}
+
+void recvAll(int fd, void* buf, size_t len, const WaitCtx& ctx) {
+  char* p = static_cast<char*>(buf);
+  while (len > 0) {
+    ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) throw RemoteError(strCat(ctx.what, ": connection closed by peer"));
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      waitFd(fd, POLLIN, ctx);
+      continue;
+    }
+    throw RemoteError(strCat(ctx.what, ": recv failed: ", errnoString(errno)));
+  }
+}
+
+bool constantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  }
+  return diff == 0;
+}
+
+void putU32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+void putU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint32_t getU32(const unsigned char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+uint64_t getU64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+}  // namespace net
+}  // namespace xccl

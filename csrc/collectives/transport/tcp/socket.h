@@ -1,0 +1,91 @@
+// Small socket toolkit shared by the TCP transport and the bootstrap store: IPv4
+// addresses, an fd owner, and waits that honour a Deadline and an abort flag.
+//
+// Every blocking step here is a poll() in short slices, so that a rank stuck on a
+// peer that never shows up still notices its deadline and the communicator's abort
+// flag; nothing calls a blocking connect/accept/recv.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "../../common/clock.h"
+
+namespace xccl {
+namespace net {
+
+// Owns one file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// "a.b.c.d:port" <-> sockaddr_in. parseAddr throws InvalidArgument on malformed text.
+sockaddr_in parseAddr(const std::string& text);
+std::string formatAddr(const sockaddr_in& addr);
+// The peer address of a connected socket, for logs ("?" when unknown).
+std::string peerAddrOf(int fd);
+
+// The IPv4 address this host advertises: the interface named by XCCL_SOCKET_IFNAME
+// (exact name or prefix, e.g. "eth" or "lo"), else the first up, non-loopback IPv4
+// interface, else 127.0.0.1. Returns the address with port 0.
+sockaddr_in localAddress();
+
+// A nonblocking listening socket bound to `addr` (port 0 = ephemeral).
+Fd listenOn(const sockaddr_in& addr);
+// The address a socket is bound to.
+sockaddr_in boundAddr(int fd);
+
+// Makes fd nonblocking and sets TCP_NODELAY (ignored for non-TCP sockets).
+void setNonblockingNoDelay(int fd);
+
+// Thrown-condition helpers: each returns normally only on success, else throws
+// Timeout (deadline), InvalidUsage (abort) or IoError/RemoteError (socket failure).
+// `what` names the operation and peer for the message.
+struct WaitCtx {
+  const Deadline& deadline;
+  const std::atomic<bool>* abortFlag;  // may be null
+  std::string what;                    // e.g. "rank 0: connect to rank 1 (10.0.0.2:4000)"
+};
+
+// Waits until fd is ready for `events` (POLLIN/POLLOUT). Returns the revents.
+short waitFd(int fd, short events, const WaitCtx& ctx);
+// Nonblocking connect with retries on ECONNREFUSED until the deadline.
+Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx);
+// Writes / reads exactly `len` bytes on a nonblocking socket.
+void sendAll(int fd, const void* buf, size_t len, const WaitCtx& ctx);
+void recvAll(int fd, void* buf, size_t len, const WaitCtx& ctx);
+
+// Constant-time equality of two byte strings (length is not secret).
+bool constantTimeEqual(const std::string& a, const std::string& b);
+
+// Little-endian fixed-width integers for wire formats.
+void putU32(std::string& out, uint32_t v);
+void putU64(std::string& out, uint64_t v);
+uint32_t getU32(const unsigned char* p);
+uint64_t getU64(const unsigned char* p);
+
+}  // namespace net
+}  // namespace xccl
