@@ -1,0 +1,143 @@
+// connectPeers(): from a shared store to one authenticated Connection per peer.
+//
+//   1. listen on an ephemeral TCP port; publish PeerInfo under "peer/<rank>"
+//   2. read every other rank's PeerInfo
+//   3. for each peer on the same host (equal hostId, SHM allowed on both ends): create
+//      our outgoing SHM ring, publish it under "shm/<rank>/<peer>"
+//   4. TCP for the rest: connect to every higher remote rank, then accept every lower one
+//      (the highest rank only accepts, so by induction every connect gets answered)
+//   5. open each local peer's ring ("shm/<peer>/<rank>") and pair it with ours
+//   6. close the listener; mark "peer/done/<rank>" (lets the unique-id server retire)
+// Every wait honours the deadline and the abort flag.
+#include <unistd.h>
+
+#include <map>
+#include <set>
+
+#include "../bootstrap/bootstrap_internal.h"
+#include "../common/error.h"
+#include "../common/log.h"
+#include "../common/param.h"
+#include "device/device.h"
+#include "shm/connection.h"
+#include "tcp/connection.h"
+#include "tcp/socket.h"
+
+namespace xccl {
+
+// 1 = never use shared memory between ranks (TCP even on one host).
+XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0)
+
+namespace {
+
+// Store waits in short slices so that the abort flag is seen within a fraction of a second
+// even when the store itself (a callback) only knows timeouts.
+constexpr int64_t kStoreSliceMs = 250;
+
+std::string storeGet(Store& store, const std::string& key, int rank, const Deadline& deadline,
+                     const std::atomic<bool>& abortFlag) {
+  for (;;) {
+    if (abortFlag.load()) throw InvalidUsage(strCat("rank ", rank, ": aborted waiting for '", key,
+                                                    "' in the store"));
+    int64_t left = deadline.remainingMs();
+    int64_t slice = left < 0 ? kStoreSliceMs : std::min(left, kStoreSliceMs);
+    try {
+      return store.get(key, Deadline::after(slice));
+    } catch (const Timeout&) {
+      if (deadline.expired()) {
+        throw Timeout(strCat("rank ", rank, ": key '", key, "' did not appear in the store within ",
+                             deadline.budgetMs(), " ms (is that rank running, with the same id?)"));
+      }
+    }
+  }
+}
+
+std::string hostName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+}  // namespace
+
+PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
+                       Device& device, const Deadline& deadline,
+                       const std::atomic<bool>& abortFlag) {
+  XCCL_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "bad rank ", rank, " of ", nranks);
+  XCCL_CHECK_ARG(!secret.empty(), "empty communicator secret");
+  const bool noShm = xcclParamShmDisable() != 0;
+
+  // 1. Publish ourselves.
+  tcp::Listener listener(net::localAddress());
+  PeerSetup setup;
+  setup.peers.resize(nranks);
+  setup.connections.resize(nranks);
+  PeerInfo& me = setup.peers[rank];
+  me = PeerInfo{rank, static_cast<int>(getpid()), localHostId(), hostName(), device.busId(),
+                listener.address()};
+  store.set(strCat("peer/", rank), serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0));
+
+  // 2. Read everyone; decide the transport of each pair the same way on both ends.
+  std::vector<bool> local(nranks, false);
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank) continue;
+    uint32_t flags = 0;
+    setup.peers[p] = parsePeerInfo(storeGet(store, strCat("peer/", p), rank, deadline, abortFlag),
+                                   &flags);
+    if (setup.peers[p].rank != p) {
+      throw RemoteError(strCat("rank ", rank, ": store entry 'peer/", p, "' claims rank ",
+                               setup.peers[p].rank));
+    }
+    local[p] = !noShm && !(flags & kPeerFlagNoShm) && setup.peers[p].hostId == me.hostId;
+  }
+
+  // 3. Our outgoing rings towards local peers.
+  std::map<int, std::unique_ptr<shm::OutgoingRing>> rings;
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank || !local[p]) continue;
+    rings[p] = std::make_unique<shm::OutgoingRing>(rank, p, secret);
+    store.set(strCat("shm/", rank, "/", p), rings[p]->describe());
+  }
+
+  // 4. TCP: connect upwards, then accept from below.
+  std::set<int> lower;
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank || local[p]) continue;
+    if (p < rank) {
+      lower.insert(p);
+      continue;
+    }
+    const std::string& addr = setup.peers[p].tcpAddr;
+    net::WaitCtx ctx{deadline, &abortFlag,
+                     strCat("rank ", rank, ": TCP connect to rank ", p, " (", addr, ")")};
+    setup.connections[p] = tcp::connectPeer(rank, p, addr, secret, device, ctx);
+  }
+  if (!lower.empty()) {
+    net::WaitCtx ctx{deadline, &abortFlag,
+                     strCat("rank ", rank, ": accepting TCP connections on ", listener.address())};
+    auto accepted = listener.acceptPeers(rank, lower, secret, device, ctx);
+    for (auto& [p, conn] : accepted) setup.connections[p] = std::move(conn);
+  }
+  listener.close();
+
+  // 5. Map the local peers' rings.
+  for (auto& [p, ring] : rings) {
+    std::string desc = storeGet(store, strCat("shm/", p, "/", rank), rank, deadline, abortFlag);
+    setup.connections[p] = shm::makeConnection(rank, p, setup.peers[p].pid, *ring, desc, secret,
+                                               device);
+  }
+
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank) continue;
+    if (local[p]) {
+      XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via SHM");
+    } else {
+      XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via TCP ", setup.peers[p].tcpAddr);
+    }
+  }
+  // 6. Nothing more to read from the store.
+  store.set(strCat(kDoneKeyPrefix, rank), std::to_string(nranks));
+  return setup;
+}
+
+}  // namespace xccl

@@ -1,0 +1,51 @@
+// TCP transport: one nonblocking socket per peer pair with user-space send and receive
+// rings (XCCL_SOCKET_BUFFSIZE each), so the engine gets windows exactly as with shared
+// memory; progress() moves bytes between the rings and the kernel.
+//
+// Connection setup: every rank listens on an ephemeral port; the lower rank of a pair
+// connects to the higher one and sends a handshake
+//   "XCTH" | version | from rank | to rank | secret length | secret (128 bytes, padded)
+// and the acceptor answers "XCTR" | status | its rank. The acceptor compares the secret
+// in constant time and checks both ranks; anything else (wrong secret, garbage, a
+// duplicate, silence) is refused, logged at WARN, and never becomes a Connection.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "../transport.h"
+#include "socket.h"
+
+namespace xccl {
+
+class Device;
+
+namespace tcp {
+
+class Listener {
+ public:
+  // Binds to `addr` (port 0 = ephemeral).
+  explicit Listener(const sockaddr_in& addr);
+  std::string address() const { return address_; }  // "ip:port"
+
+  // Accepts and authenticates one connection from each rank in `from`, refusing anything
+  // else, until all arrived (or the wait in ctx fails). Returns them by rank.
+  std::map<int, std::unique_ptr<Connection>> acceptPeers(int rank, std::set<int> from,
+                                                         const std::string& secret,
+                                                         Device& device, const net::WaitCtx& ctx);
+  void close() { fd_.reset(); }
+
+ private:
+  net::Fd fd_;
+  std::string address_;
+};
+
+// Connects to `peer` listening at `peerAddr`, authenticates, and returns the Connection.
+std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& peerAddr,
+                                        const std::string& secret, Device& device,
+                                        const net::WaitCtx& ctx);
+
+}  // namespace tcp
+}  // namespace xccl

@@ -1,0 +1,278 @@
+// Bootstrap tests: the in-memory and callback stores, PeerInfo wire format, secrets,
+// and the unique-id store server (threads, processes, hostile clients).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "collectives/bootstrap/bootstrap.h"
+#include "collectives/bootstrap/bootstrap_internal.h"
+#include "collectives/common/error.h"
+#include "collectives/transport/tcp/socket.h"
+#include "test_util.h"
+
+namespace {
+
+using xccl::Deadline;
+
+TEST(MemoryStore, SetGetAndTimeout) {
+  auto store = xccl::makeMemoryStore();
+  store->set("a", "1");
+  store->set("b", std::string("\0x\0", 3));
+  EXPECT_EQ(store->get("a", Deadline::after(10)), "1");
+  EXPECT_EQ(store->get("b", Deadline::after(10)), std::string("\0x\0", 3));
+  store->set("a", "2");
+  EXPECT_EQ(store->get("a", Deadline::after(10)), "2");
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(store->get("missing", Deadline::after(50)), xccl::Timeout);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(45));
+}
+
+TEST(MemoryStore, GetWaitsForSetFromAnotherThread) {
+  auto store = xccl::makeMemoryStore();
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    store->set("late", "here");
+  });
+  EXPECT_EQ(store->get("late", Deadline::after(5000)), "here");
+  t.join();
+}
+
+TEST(CallbackStore, PrefixesKeysAndFetchesLargeValues) {
+  xccl_test::MemoryStore backing;
+  auto a = xccl::makeCallbackStore(*backing.c(), "pg0/");
+  auto b = xccl::makeCallbackStore(*backing.c(), "pg1/");
+  a->set("k", "from a");
+  b->set("k", "from b");
+  EXPECT_EQ(a->get("k", Deadline::after(100)), "from a");
+  EXPECT_EQ(b->get("k", Deadline::after(100)), "from b");
+  // Read through the raw C store: the prefix is really part of the key.
+  char buf[16];
+  size_t len = 0;
+  ASSERT_EQ(backing.c()->get(backing.c()->ctx, "pg0/k", buf, sizeof(buf), &len, 0), 0);
+  EXPECT_EQ(std::string(buf, len), "from a");
+
+  std::string big(100000, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  a->set("big", big);  // larger than the first read buffer: needs the retry path
+  EXPECT_EQ(a->get("big", Deadline::after(100)), big);
+  a->set("empty", "");
+  EXPECT_EQ(a->get("empty", Deadline::after(100)), "");
+  EXPECT_THROW(a->get("absent", Deadline::after(30)), xccl::Timeout);
+}
+
+TEST(CallbackStore, FailingSetIsAnIoError) {
+  xcclStore_t broken{};
+  broken.set = [](void*, const char*, const void*, size_t) { return 1; };
+  broken.get = [](void*, const char*, void*, size_t, size_t*, int64_t) { return 1; };
+  auto s = xccl::makeCallbackStore(broken, "x/");
+  EXPECT_THROW(s->set("k", "v"), xccl::IoError);
+  EXPECT_THROW(s->get("k", Deadline::after(10)), xccl::Timeout);
+}
+
+TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
+  xccl::PeerInfo in{3, 4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555"};
+  std::string wire = xccl::serializePeerInfo(in, xccl::kPeerFlagNoShm);
+  uint32_t flags = 0;
+  xccl::PeerInfo out = xccl::parsePeerInfo(wire, &flags);
+  EXPECT_EQ(out.rank, 3);
+  EXPECT_EQ(out.pid, 4242);
+  EXPECT_EQ(out.hostId, in.hostId);
+  EXPECT_EQ(out.hostname, in.hostname);
+  EXPECT_EQ(out.busId, in.busId);
+  EXPECT_EQ(out.tcpAddr, in.tcpAddr);
+  EXPECT_EQ(flags, xccl::kPeerFlagNoShm);
+  for (size_t n = 0; n < wire.size(); ++n) {
+    EXPECT_THROW(xccl::parsePeerInfo(wire.substr(0, n)), xccl::RemoteError) << "length " << n;
+  }
+  EXPECT_THROW(xccl::parsePeerInfo(wire + "x"), xccl::RemoteError);
+  std::string huge = wire;
+  huge[16] = '\xff';  // first string length becomes enormous
+  huge[17] = '\xff';
+  EXPECT_THROW(xccl::parsePeerInfo(huge), xccl::RemoteError);
+}
+
+TEST(Secret, RandomHexAndDistinct) {
+  std::string a = xccl::randomSecret(), b = xccl::randomSecret();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(xccl::fromHex(a).size(), 32u);
+  EXPECT_EQ(xccl::toHex(xccl::fromHex(a)), a);
+  EXPECT_EQ(xccl::fromHex("zz"), "");
+}
+
+TEST(HostId, NodeIdEnvAndThreadOverride) {
+  std::string real = xccl::localHostId();
+  EXPECT_FALSE(real.empty());
+  {
+    xccl_test::ScopedEnv env("XCCL_NODE_ID", "fake-node");
+    EXPECT_EQ(xccl::localHostId(), "fake-node");
+    xccl::setThreadHostIdOverride("thread-node");
+    EXPECT_EQ(xccl::localHostId(), "thread-node");
+    xccl::setThreadHostIdOverride("");
+    EXPECT_EQ(xccl::localHostId(), "fake-node");
+  }
+  EXPECT_EQ(xccl::localHostId(), real);
+}
+
+// ---- unique-id store server ----
+
+sockaddr_in idAddress(const xcclUniqueId& id) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  std::memcpy(&a.sin_addr.s_addr, id.internal + 8, 4);
+  std::memcpy(&a.sin_port, id.internal + 12, 2);
+  return a;
+}
+
+int rawConnect(const sockaddr_in& addr) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+// Reads until EOF (or 3 s); returns the bytes received, or "TIMEOUT" if EOF never came.
+std::string readUntilEof(int fd) {
+  std::string got;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[256];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return "TIMEOUT";
+}
+
+std::string hello(const std::string& rawSecret) {
+  std::string h = "XCSB";
+  xccl::net::putU32(h, 1);
+  return h + rawSecret;
+}
+
+void sendStr(int fd, const std::string& s) {
+  ASSERT_EQ(send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+}
+
+TEST(UniqueIdStore, ThreadsShareKeys) {
+  xcclUniqueId id;
+  xccl::createUniqueId(&id);
+  EXPECT_EQ(xccl::uniqueIdSecret(id).size(), 64u);
+  const int n = 4;
+  xccl_test::runThreads(n, [&](int rank) {
+    auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
+    store->set("k/" + std::to_string(rank), std::string(rank * 1000, 'a' + rank));
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(store->get("k/" + std::to_string(r), Deadline::after(10000)),
+                std::string(r * 1000, 'a' + r));
+    }
+    EXPECT_THROW(store->get("never", Deadline::after(50)), xccl::Timeout);
+  }, 60);
+}
+
+TEST(UniqueIdStore, ProcessesShareKeys) {
+  xcclUniqueId id;
+  xccl::createUniqueId(&id);  // server thread lives in this (parent) process
+  const int n = 3;
+  xccl_test::runProcesses(n, [&](int rank) {
+    auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
+    store->set("p/" + std::to_string(rank), std::to_string(getpid()));
+    std::set<std::string> pids;
+    for (int r = 0; r < n; ++r) pids.insert(store->get("p/" + std::to_string(r), Deadline::after(10000)));
+    EXPECT_EQ(pids.size(), static_cast<size_t>(n));
+  }, 60);
+}
+
+TEST(UniqueIdStore, WrongSecretIsRefused) {
+  xcclUniqueId id;
+  xccl::createUniqueId(&id);
+  xcclUniqueId forged = id;
+  forged.internal[20] ^= 0x5a;
+  EXPECT_THROW(xccl::connectUniqueIdStore(forged, Deadline::after(5000)), xccl::RemoteError);
+  testing::internal::CaptureStderr();
+  int fd = rawConnect(idAddress(id));
+  sendStr(fd, hello(std::string(32, 'x')));
+  EXPECT_EQ(readUntilEof(fd), std::string(1, '\1'));  // "refused", then closed
+  close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("bad secret"), std::string::npos) << err;
+  // The legitimate client still works.
+  auto store = xccl::connectUniqueIdStore(id, Deadline::after(5000));
+  store->set("x", "y");
+  EXPECT_EQ(store->get("x", Deadline::after(1000)), "y");
+}
+
+TEST(UniqueIdStore, SurvivesMalformedAndTruncatedRequests) {
+  xcclUniqueId id;
+  xccl::createUniqueId(&id);
+  std::string secret = xccl::fromHex(xccl::uniqueIdSecret(id));
+  auto legit = xccl::connectUniqueIdStore(id, Deadline::after(5000));
+  legit->set("before", "1");
+  const sockaddr_in addr = idAddress(id);
+  std::vector<std::string> attacks;
+  attacks.push_back("GET / HTTP/1.0\r\n\r\n" + std::string(40, 'z'));  // garbage hello
+  attacks.push_back("XCS");                                            // truncated hello
+  std::string authed = hello(secret);
+  std::string hugeKey = authed + "G";
+  xccl::net::putU32(hugeKey, 0xffffffffu);  // key length far over the limit
+  attacks.push_back(hugeKey);
+  std::string hugeVal = authed + "S";
+  xccl::net::putU32(hugeVal, 1);
+  hugeVal += "k";
+  xccl::net::putU32(hugeVal, 0xfffffff0u);  // value length over the limit
+  attacks.push_back(hugeVal);
+  std::string badOp = authed + "Q";
+  xccl::net::putU32(badOp, 1);
+  attacks.push_back(badOp + "k");
+  std::string truncated = authed + "S";
+  xccl::net::putU32(truncated, 5);
+  attacks.push_back(truncated + "ab");  // then the client vanishes mid-request
+  for (const std::string& a : attacks) {
+    int fd = rawConnect(addr);
+    sendStr(fd, a);
+    if (a == attacks.back() || a == attacks[1]) {
+      shutdown(fd, SHUT_WR);
+    }
+    std::string got = readUntilEof(fd);
+    EXPECT_NE(got, "TIMEOUT") << "server kept a malformed client open";
+    close(fd);
+  }
+  // Still alive and serving, on the old connection and on a new one.
+  EXPECT_EQ(legit->get("before", Deadline::after(1000)), "1");
+  auto again = xccl::connectUniqueIdStore(id, Deadline::after(5000));
+  again->set("after", "2");
+  EXPECT_EQ(legit->get("after", Deadline::after(1000)), "2");
+}
+
+TEST(UniqueIdStore, RejectsForeignIdBytes) {
+  xcclUniqueId junk;
+  std::memset(&junk, 0x41, sizeof(junk));
+  EXPECT_THROW(xccl::connectUniqueIdStore(junk, Deadline::after(100)), xccl::InvalidArgument);
+  EXPECT_THROW(xccl::uniqueIdSecret(junk), xccl::InvalidArgument);
+}
+
+TEST(UniqueIdStore, CommIdOverrideFixesTheAddress) {
+  // Find a free port, then ask for it explicitly.
+  xccl::net::Fd probe = xccl::net::listenOn(xccl::net::parseAddr("127.0.0.1:0"));
+  std::string addr = xccl::net::formatAddr(xccl::net::boundAddr(probe.get()));
+  probe.reset();
+  xccl_test::ScopedEnv env("XCCL_COMM_ID", addr.c_str());
+  xcclUniqueId id;
+  xccl::createUniqueId(&id);
+  EXPECT_EQ(xccl::net::formatAddr(idAddress(id)), addr);
+  auto store = xccl::connectUniqueIdStore(id, Deadline::after(5000));
+  store->set("a", "b");
+  EXPECT_EQ(store->get("a", Deadline::after(1000)), "b");
+}
+
+}  // namespace
