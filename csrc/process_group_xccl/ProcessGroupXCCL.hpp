@@ -1,0 +1,257 @@
+// ProcessGroupXCCL.hpp — the c10d backend of torch_xccl.
+//
+// torch_xccl::ProcessGroupXCCL is a c10d::Backend that runs every collective on one libxccl
+// communicator (xccl.h is the only libxccl interface used). It lives in our own namespace:
+// the torch headers already declare c10d::ProcessGroupXCCL (Intel's XPU backend).
+//
+// Life of an operation:
+//   caller thread: check arguments -> stage (contiguous copies, flat buffers) -> enqueue on the
+//                  communicator -> xcclEventRecord -> WorkXCCL (holds event, inputs, outputs)
+//   completion thread (one per backend): waits the events in enqueue order, runs the work's
+//                  post step (copy back into non-contiguous / list outputs), marks the Work and
+//                  its c10::ivalue::Future complete (DDP's comm-hook futures rely on this).
+//   Work::wait(): waits the same event on the caller's thread (whichever side sees completion
+//                  first runs the post step; it runs exactly once).
+//
+// Only this header and ProcessGroupXCCL.cpp include torch.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "xccl.h"
+
+namespace torch_xccl {
+
+// What to do when an operation fails or times out in the completion thread.
+// TORCH_XCCL_ASYNC_ERROR_HANDLING, values as in TORCH_NCCL_ASYNC_ERROR_HANDLING.
+enum class AsyncErrorMode : int {
+  kNoHandling = 0,   // report the error on the Work/future only
+  kTearDown = 1,     // abort the communicator, then terminate the process
+  kCleanUpOnly = 2,  // abort the communicator (pending and later ops fail); default
+  kSkipCleanUp = 3,  // terminate the process without aborting the communicator
+};
+
+class ProcessGroupXCCL;
+
+// Shared state of one communicator. Works keep it alive.
+//
+// xcclCommAbort/xcclCommDestroy free the handle, so every call that uses `comm` holds `rw`
+// shared (waits are cut into <= kPollMs slices), and abort/destroy take it exclusively after
+// setting `closing` (which keeps new readers out, so the writer cannot starve).
+struct CommState {
+  xcclComm_t comm = nullptr;
+  std::shared_mutex rw;
+  std::atomic<bool> closing{false};
+  std::mutex enqueueMu;  // enqueue + event record happen in one order for all threads
+  std::mutex errMu;
+  std::string closedReason;  // why comm is gone (guarded by errMu)
+  int rank = 0;
+  int size = 0;
+  std::string name;  // process-group name, for messages
+
+  // Runs f(comm) under the shared lock; returns false (and leaves r untouched) when the
+  // communicator is closed.
+  template <typename F>
+  bool use(F&& f) {
+    if (closing.load()) return false;
+    std::shared_lock<std::shared_mutex> lk(rw);
+    if (comm == nullptr) return false;
+    f(comm);
+    return true;
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> g(errMu);
+    return closedReason.empty() ? std::string("communicator was shut down") : closedReason;
+  }
+  // Aborts (or, with destroy=true, destroys) the communicator once; later calls are no-ops.
+  void close(const std::string& why, bool destroy);
+};
+
+class WorkXCCL : public c10d::Work {
+ public:
+  WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq,
+           std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive,
+           std::function<void()> post, std::chrono::milliseconds timeout,
+           std::shared_ptr<CommState> comm, bool blockingWait, AsyncErrorMode errorMode);
+  ~WorkXCCL() override = default;
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  void abort() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const { return seq_; }
+
+  // --- used by ProcessGroupXCCL and its completion thread ---
+  void setEvent(const xcclEvent_t& ev);
+  bool hasEvent() const { return hasEvent_.load(); }
+  const xcclEvent_t& event() const { return event_; }
+  const char* opName() const { return opName_; }
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  // Runs the post step (once) and completes the Work and its future.
+  void complete(std::exception_ptr error);
+  bool done() const { return done_.load(); }
+  int* peerSlot() { return &peer_; }
+  void setPeerIsOutput(bool v) { peerIsOutput_ = v; }
+
+ private:
+  std::exception_ptr makeError(xcclResult_t r, const std::string& what) const;
+
+  const char* opName_;
+  uint64_t seq_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keepAlive_;
+  std::function<void()> post_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::shared_ptr<CommState> comm_;
+  bool blockingWait_;
+  AsyncErrorMode errorMode_;
+  xcclEvent_t event_{};
+  std::atomic<bool> hasEvent_{false};
+  std::mutex completeMu_;
+  std::atomic<bool> done_{false};
+  int peer_ = -1;
+  bool peerIsOutput_ = false;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+
+  friend class ProcessGroupXCCL;
+};
+
+class ProcessGroupXCCL : public c10d::Backend {
+ public:
+  struct Options : c10d::Backend::Options {
+    explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
+        : c10d::Backend::Options("xccl", timeout) {}
+  };
+
+  ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   c10::intrusive_ptr<Options> options);
+  ~ProcessGroupXCCL() override;
+
+  const std::string getBackendName() const override { return "xccl"; }
+  // (no `override` on hooks that older torch releases may lack; they still override when present)
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() { return options_; }
+  bool supportsCoalescing() const override { return true; }
+  void setTimeout(std::chrono::milliseconds timeout) { options_->timeout = timeout; }
+
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+  void abort();
+  void shutdown();
+
+  // Introspection for Python (torch_xccl._C).
+  std::string describe() const;
+  xcclComm_t comm() const { return state_->comm; }
+
+ private:
+  struct Staged;  // the arguments of one enqueue, prepared by the collective
+  c10::intrusive_ptr<c10d::Work> launch(const char* opName, c10d::OpType type,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<at::Tensor> outputs,
+                                        std::vector<at::Tensor> keepAlive,
+                                        std::function<void()> post,
+                                        const std::function<xcclResult_t()>& enqueue,
+                                        int** peerSlot = nullptr);
+  std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
+  void completionLoop();
+  void handleAsyncError(WorkXCCL& work, std::exception_ptr error, const std::string& msg);
+  void abortComm(const std::string& reason);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<Options> options_;
+  std::shared_ptr<CommState> state_;
+  std::atomic<uint64_t> seq_{0};
+  uint64_t barrierCount_ = 0;  // for monitoredBarrier store keys
+  bool blockingWait_ = false;
+  AsyncErrorMode errorMode_ = AsyncErrorMode::kCleanUpOnly;
+
+  // coalescing (startCoalescing .. endCoalescing): works wait for the group's single event
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<WorkXCCL>> coalesced_;
+
+  // completion thread
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<c10::intrusive_ptr<WorkXCCL>> queue_;
+  bool stop_ = false;
+  std::thread completion_;
+};
+
+// Factory used by torch_xccl._C (and the Python routing module).
+c10::intrusive_ptr<c10d::Backend> createProcessGroupXCCL(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, const std::string& groupName,
+    const std::vector<uint64_t>& globalRanks);
+
+}  // namespace torch_xccl

@@ -1,0 +1,78 @@
+"""Build torch_xccl: libxccl (the core, through CMake) plus one torch extension, torch_xccl._C.
+
+    pip install --no-build-isolation .        # regular install against the installed torch
+    pip install --no-build-isolation -e .     # editable install for development
+
+--no-build-isolation is required: the extension must be compiled against the torch that is
+already installed (pip must never fetch one). MAX_JOBS bounds the parallel build (default 2).
+
+Layout produced:  torch_xccl/_C*.so  (rpath $ORIGIN/lib)  and  torch_xccl/lib/libxccl.so.0
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import setup
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError:  # pragma: no cover - a clear message instead of a traceback
+    sys.exit("torch_xccl: torch must be installed first, then use "
+             "`pip install --no-build-isolation .`")
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CORE_BUILD = os.path.join(ROOT, "build-plugin", "core")
+VERSION = "0.1.0"
+
+
+def build_core():
+    """Configure and build the libxccl shared library with the project's CMakeLists.txt."""
+    jobs = os.environ.get("MAX_JOBS", "2")
+    os.makedirs(CORE_BUILD, exist_ok=True)
+    cfg = ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-DCMAKE_BUILD_TYPE=Release",
+           "-DXCCL_BUILD_TESTS=OFF", "-DXCCL_BUILD_TOOLS=OFF"]
+    subprocess.check_call(cfg)
+    subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "xccl", "-j", jobs])
+    libs = sorted(glob.glob(os.path.join(CORE_BUILD, "libxccl.so*")))
+    if not libs:
+        raise RuntimeError(f"libxccl.so was not produced in {CORE_BUILD}")
+    return libs
+
+
+class BuildWithCore(BuildExtension):
+    """Builds libxccl first, links the extension to it, bundles it next to the extension."""
+
+    def run(self):
+        self._core_libs = build_core()
+        super().run()
+        for ext in self.extensions:
+            dest = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), "lib")
+            os.makedirs(dest, exist_ok=True)
+            real = os.path.realpath(os.path.join(CORE_BUILD, "libxccl.so"))
+            for name in ("libxccl.so", "libxccl.so.0"):  # the soname is what the loader wants
+                target = os.path.join(dest, name)
+                if os.path.lexists(target):
+                    os.remove(target)
+                shutil.copy2(real, target)
+
+
+ext = CppExtension(
+    name="torch_xccl._C",
+    sources=["csrc/process_group_xccl/ProcessGroupXCCL.cpp"],  # the only torch-including TU
+    include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include")],
+    library_dirs=[CORE_BUILD],
+    libraries=["xccl"],
+    extra_compile_args=["-O2"],
+    extra_link_args=["-Wl,-rpath,$ORIGIN/lib"],
+)
+
+setup(
+    name="torch_xccl",
+    version=VERSION,
+    packages=["torch_xccl"],
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildWithCore.with_options(use_ninja=False)},
+    zip_safe=False,
+)

@@ -1,0 +1,36 @@
+"""torch_xccl: the XCCL collective-communication library as a PyTorch c10d backend.
+
+    import torch_xccl                      # loads the extension, routes "xccl" to it
+    torch.distributed.init_process_group(backend="xccl")
+
+See docs/PLUGIN.md for the routing, the TORCH_XCCL_* knobs and the limits.
+"""
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed  # noqa: F401
+
+from . import _C  # the native module: backend + bindings (links lib/libxccl.so.0)
+from . import _routing
+
+__version__ = "0.1.0"
+
+
+def xccl_version() -> str:
+    """Version of the libxccl the extension is running with, as "MAJOR.MINOR.PATCH"."""
+    code = _C.xccl_version()
+    return f"{code // 10000}.{(code // 100) % 100}.{code % 100}"
+
+
+def describe(group=None) -> str:
+    """One line describing the xccl backend of ``group`` (rank, size, timeout, knobs)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    group = group or c10d._get_default_group()
+    return _C._describe(group._get_backend(torch.device("cpu")))
+
+
+is_routed = _routing.is_routed
+is_torch_xccl_backend = _routing.is_torch_xccl_backend
+
+_routing.route()
+
+__all__ = ["__version__", "xccl_version", "describe", "is_routed", "is_torch_xccl_backend"]
