@@ -1,0 +1,59 @@
+// nccl-tests style report of xccl-tests (printed by global rank 0) and its JSON twin.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "options.h"
+
+namespace xt {
+
+struct PlaceStats {
+  bool ran = false;     // false = not applicable, printed as N/A
+  double timeUs = 0;    // aggregated over ranks per -a
+  double algbw = 0;     // GB/s (1e9 B/s)
+  double busbw = 0;
+  int64_t wrong = 0;    // summed over ranks
+  int64_t oob = 0;      // damaged guard bytes, summed over ranks
+};
+
+struct Row {
+  Coll coll;
+  size_t bytes = 0;
+  size_t count = 0;
+  xcclDataType_t type;
+  std::string redop;    // "none" without an op
+  int root = -1;        // -1 for unrooted collectives
+  PlaceStats place[2];  // 0 = out-of-place, 1 = in-place
+  std::vector<std::string> notes;  // first wrong element per failing rank
+  bool failed() const;
+};
+
+class Report {
+ public:
+  Report(const Options& opt, int nranks) : opt_(opt), nranks_(nranks) {}
+  void header(const std::vector<std::string>& rankLines, const std::string& deviceKind);
+  void tableHeader(Coll c);
+  // Prints the row unless quiet; notes are always printed for failing rows.
+  void row(const Row& r, bool quiet);
+  void skipped(Coll c, xcclDataType_t t, const std::string& op, const std::string& why);
+  // Footer: out-of-bounds total and average bus bandwidth (perf), or the conformance line.
+  void footer();
+  bool writeJson(const std::string& path, const std::vector<std::string>& rankLines) const;
+  int64_t totalWrong() const { return wrong_; }
+  int64_t totalOob() const { return oob_; }
+  int64_t failedChecks() const { return failedChecks_; }
+
+ private:
+  const Options& opt_;
+  int nranks_;
+  std::vector<Row> rows_;
+  std::vector<std::string> skips_;
+  int64_t wrong_ = 0, oob_ = 0, checks_ = 0, failedChecks_ = 0;
+  double bwSum_ = 0;
+  int64_t bwCount_ = 0;
+};
+
+}  // namespace xt

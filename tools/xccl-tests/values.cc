@@ -1,0 +1,345 @@
+// Element types, deterministic inputs and host references (see values.h for the scheme).
+#include "values.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace xt {
+namespace {
+
+const TypeInfo kTypes[] = {
+    {xcclInt8, "int8", 1, Kind::kSigned, 0},
+    {xcclUint8, "uint8", 1, Kind::kUnsigned, 0},
+    {xcclInt32, "int32", 4, Kind::kSigned, 0},
+    {xcclInt64, "int64", 8, Kind::kSigned, 0},
+    {xcclFloat16, "half", 2, Kind::kFloat, 0x1p-11},
+    {xcclFloat32, "float", 4, Kind::kFloat, 0x1p-24},
+    {xcclFloat64, "double", 8, Kind::kFloat, 0x1p-53},
+    {xcclBfloat16, "bfloat16", 2, Kind::kFloat, 0x1p-8},
+    {xcclBool, "bool", 1, Kind::kBool, 0},
+};
+
+const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg",
+                                "premulsum", "band", "bor", "bxor"};
+
+uint64_t splitmix(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+const TypeInfo& typeInfo(xcclDataType_t t) { return kTypes[static_cast<int>(t)]; }
+
+const char* opName(xcclRedOp_t op) {
+  return (op >= 0 && op < xcclNumOps) ? kOpNames[op] : "?";
+}
+
+bool parseType(const std::string& s, xcclDataType_t* t) {
+  static const struct {
+    const char* name;
+    xcclDataType_t t;
+  } kAliases[] = {{"float", xcclFloat32},   {"float32", xcclFloat32}, {"fp32", xcclFloat32},
+                  {"double", xcclFloat64},  {"float64", xcclFloat64}, {"fp64", xcclFloat64},
+                  {"half", xcclFloat16},    {"float16", xcclFloat16}, {"fp16", xcclFloat16},
+                  {"bfloat16", xcclBfloat16}, {"bf16", xcclBfloat16}, {"int8", xcclInt8},
+                  {"char", xcclInt8},       {"uint8", xcclUint8},     {"int32", xcclInt32},
+                  {"int", xcclInt32},       {"int64", xcclInt64},     {"bool", xcclBool}};
+  for (const auto& a : kAliases) {
+    if (s == a.name) {
+      *t = a.t;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parseOp(const std::string& s, xcclRedOp_t* op) {
+  for (int i = 0; i < xcclNumOps; ++i) {
+    if (s == kOpNames[i]) {
+      *op = static_cast<xcclRedOp_t>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string opUnsupportedReason(xcclDataType_t t, xcclRedOp_t op) {
+  Kind k = typeInfo(t).kind;
+  bool bitwise = op == xcclBand || op == xcclBor || op == xcclBxor;
+  if (bitwise && k == Kind::kFloat) {
+    return std::string("op ") + opName(op) + " is not defined for " + typeInfo(t).name +
+           " (bitwise ops need an integer or bool type)";
+  }
+  if ((op == xcclAvg || op == xcclPremulSum) && k == Kind::kBool) {
+    return std::string("op ") + opName(op) + " is not defined for bool";
+  }
+  return "";
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
+  if (ax < 0x38800000u) {  // below 2^-14: subnormal half (unit 2^-24) or zero
+    float a;
+    std::memcpy(&a, &ax, 4);
+    auto m = static_cast<uint32_t>(std::nearbyint(static_cast<double>(a) * 16777216.0));
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t mant = ax & 0x7fffffu;
+  uint32_t exp = (ax >> 23) - 127 + 15;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry bumps the exponent
+  return static_cast<uint16_t>(sign | h);
+}
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16ToFloat(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+Value load(const void* buf, xcclDataType_t t, size_t idx) {
+  const char* p = static_cast<const char*>(buf) + idx * typeInfo(t).size;
+  Value v;
+  switch (t) {
+    case xcclInt8: { int8_t x; std::memcpy(&x, p, 1); v.i = x; break; }
+    case xcclUint8:
+    case xcclBool: { uint8_t x; std::memcpy(&x, p, 1); v.i = x; break; }
+    case xcclInt32: { int32_t x; std::memcpy(&x, p, 4); v.i = x; break; }
+    case xcclInt64: { int64_t x; std::memcpy(&x, p, 8); v.i = x; break; }
+    case xcclFloat16: { uint16_t x; std::memcpy(&x, p, 2); v.f = halfToFloat(x); break; }
+    case xcclBfloat16: { uint16_t x; std::memcpy(&x, p, 2); v.f = bf16ToFloat(x); break; }
+    case xcclFloat32: { float x; std::memcpy(&x, p, 4); v.f = x; break; }
+    case xcclFloat64: { std::memcpy(&v.f, p, 8); break; }
+    default: break;
+  }
+  return v;
+}
+
+void store(void* buf, xcclDataType_t t, size_t idx, Value v) {
+  char* p = static_cast<char*>(buf) + idx * typeInfo(t).size;
+  auto u = static_cast<uint64_t>(v.i);
+  switch (t) {
+    case xcclInt8:
+    case xcclUint8: { auto x = static_cast<uint8_t>(u); std::memcpy(p, &x, 1); break; }
+    case xcclBool: { uint8_t x = v.i != 0; std::memcpy(p, &x, 1); break; }
+    case xcclInt32: { auto x = static_cast<uint32_t>(u); std::memcpy(p, &x, 4); break; }
+    case xcclInt64: { std::memcpy(p, &u, 8); break; }
+    case xcclFloat16: {
+      uint16_t x = floatToHalf(static_cast<float>(v.f));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case xcclBfloat16: {
+      uint16_t x = floatToBf16(static_cast<float>(v.f));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case xcclFloat32: { auto x = static_cast<float>(v.f); std::memcpy(p, &x, 4); break; }
+    case xcclFloat64: { std::memcpy(p, &v.f, 8); break; }
+    default: break;
+  }
+}
+
+Value roundTo(xcclDataType_t t, Value v) {
+  char tmp[8] = {0};
+  store(tmp, t, 0, v);
+  return load(tmp, t, 0);
+}
+
+bool sameBits(const void* a, const void* b, xcclDataType_t t, size_t idx) {
+  size_t es = typeInfo(t).size;
+  return std::memcmp(static_cast<const char*>(a) + idx * es, static_cast<const char*>(b) + idx * es,
+                     es) == 0;
+}
+
+Domain domainFor(bool hasOp, xcclRedOp_t op) {
+  if (!hasOp) return Domain::kMinMax;
+  switch (op) {
+    case xcclSum:
+    case xcclAvg:
+    case xcclPremulSum:
+      return Domain::kSum;
+    case xcclProd:
+      return Domain::kProd;
+    case xcclBand:
+    case xcclBor:
+    case xcclBxor:
+      return Domain::kBits;
+    default:
+      return Domain::kMinMax;
+  }
+}
+
+Value Generator::at(int rank, uint64_t idx) const {
+  uint64_t h = splitmix(splitmix(seed_ * 0x100000001b3ULL + static_cast<uint64_t>(rank)) ^ idx);
+  const TypeInfo& ti = typeInfo(t_);
+  Value v;
+  if (ti.kind == Kind::kBool) {
+    v.i = static_cast<int64_t>(h & 1);
+    return v;
+  }
+  if (ti.kind != Kind::kFloat) {
+    bool sgn = ti.kind == Kind::kSigned;
+    static const int64_t kSignedProd[] = {1, -1, 2, -2, 3};
+    switch (d_) {
+      case Domain::kSum: v.i = sgn ? static_cast<int64_t>(h % 17) - 8 : static_cast<int64_t>(h % 16); break;
+      case Domain::kProd: v.i = sgn ? kSignedProd[h % 5] : static_cast<int64_t>(1 + h % 3); break;
+      default: v.i = static_cast<int64_t>(h); break;
+    }
+    return roundTo(t_, v);  // truncates to the type's width (and sign-extends)
+  }
+  static const double kProd[] = {1, -1, 2, -2, 0.5, -0.5};
+  auto centered = [&](uint64_t range) {  // uniform integer in [-(range/2), range/2]
+    return static_cast<double>(static_cast<int64_t>(h % range) - static_cast<int64_t>(range / 2));
+  };
+  switch (d_) {
+    case Domain::kSum:
+      if (t_ == xcclFloat16) v.f = centered(33);          // |sum| <= 16n: exact to n = 128
+      else if (t_ == xcclBfloat16) v.f = centered(17);    // |sum| <= 8n: exact to n = 32
+      else v.f = centered(4001) / 8.0;                    // eighths up to 250
+      break;
+    case Domain::kProd: v.f = kProd[h % 6]; break;
+    default:
+      if (t_ == xcclFloat64) v.f = centered(1ULL << 40) / 256.0;
+      else if (t_ == xcclFloat32) v.f = centered(2000001) / 4.0;
+      else v.f = centered(4001);  // half: exact; bfloat16: rounded below
+      break;
+  }
+  return roundTo(t_, v);
+}
+
+void Generator::fill(void* buf, int rank, uint64_t first, size_t count) const {
+  for (size_t j = 0; j < count; ++j) store(buf, t_, j, at(rank, first + j));
+}
+
+int64_t Generator::countDiffs(const void* buf, int rank, uint64_t first, size_t count) const {
+  int64_t diffs = 0;
+  char tmp[8] = {0};
+  for (size_t j = 0; j < count; ++j) {
+    store(tmp, t_, 0, at(rank, first + j));
+    if (!sameBits(static_cast<const char*>(buf) + j * typeInfo(t_).size, tmp, t_, 0)) ++diffs;
+  }
+  return diffs;
+}
+
+Value premulScalar(xcclDataType_t t) {
+  Value v;
+  if (typeInfo(t).kind == Kind::kFloat) v.f = 0.5;
+  else v.i = 3;
+  return v;
+}
+
+Reducer::Reducer(const Generator& gen, xcclRedOp_t op, int nranks)
+    : gen_(gen), op_(op), nranks_(nranks), scalar_(premulScalar(gen.type())) {}
+
+Expected Reducer::at(uint64_t idx) const {
+  xcclDataType_t t = gen_.type();
+  const TypeInfo& ti = typeInfo(t);
+  Expected e;
+  if (ti.kind == Kind::kBool) {
+    bool isAnd = op_ == xcclProd || op_ == xcclMin || op_ == xcclBand;
+    int64_t acc = isAnd ? 1 : 0;
+    for (int r = 0; r < nranks_; ++r) {
+      int64_t x = gen_.at(r, idx).i;
+      if (op_ == xcclBxor) acc ^= x;
+      else if (isAnd) acc &= x;
+      else acc |= x;
+    }
+    e.v.i = acc;
+    return e;
+  }
+  if (ti.kind != Kind::kFloat) {
+    // Modular arithmetic in 64 bits, truncated to the type's width at the end: the same
+    // result whatever order the library combines ranks in.
+    uint64_t acc = op_ == xcclProd || op_ == xcclBand ? (op_ == xcclBand ? ~0ULL : 1ULL) : 0ULL;
+    int64_t mm = gen_.at(0, idx).i;
+    for (int r = 0; r < nranks_; ++r) {
+      Value x = gen_.at(r, idx);
+      auto u = static_cast<uint64_t>(x.i);
+      switch (op_) {
+        case xcclSum: case xcclAvg: acc += u; break;
+        case xcclPremulSum: acc += static_cast<uint64_t>(roundTo(t, Value{static_cast<int64_t>(u * static_cast<uint64_t>(scalar_.i)), 0}).i); break;
+        case xcclProd: acc *= u; break;
+        case xcclMax: mm = x.i > mm ? x.i : mm; break;
+        case xcclMin: mm = x.i < mm ? x.i : mm; break;
+        case xcclBand: acc &= u; break;
+        case xcclBor: acc |= u; break;
+        case xcclBxor: acc ^= u; break;
+        default: break;
+      }
+    }
+    Value res;
+    res.i = (op_ == xcclMax || op_ == xcclMin) ? mm : static_cast<int64_t>(acc);
+    res = roundTo(t, res);
+    if (op_ == xcclAvg) res.i /= nranks_;
+    e.v = res;
+    return e;
+  }
+  double u = ti.unitRoundoff;
+  double acc = op_ == xcclProd ? 1.0 : 0.0, absSum = 0;
+  double mm = gen_.at(0, idx).f;
+  for (int r = 0; r < nranks_; ++r) {
+    double x = gen_.at(r, idx).f;
+    if (op_ == xcclPremulSum) x = roundTo(t, Value{0, x * scalar_.f}).f;
+    switch (op_) {
+      case xcclProd: acc *= x; break;
+      case xcclMax: mm = x > mm ? x : mm; break;
+      case xcclMin: mm = x < mm ? x : mm; break;
+      default: acc += x; absSum += std::fabs(x); break;
+    }
+  }
+  int n = nranks_;
+  switch (op_) {
+    case xcclMax: case xcclMin: e.v.f = mm; e.tol = 0; break;
+    case xcclProd: e.v.f = acc; e.tol = n * u * std::fabs(acc); break;
+    case xcclAvg: e.v.f = acc / n; e.tol = 2 * u * (absSum + std::fabs(acc / n)); break;
+    default: e.v.f = acc; e.tol = (n - 1) * u * absSum; break;  // sum, premulsum
+  }
+  return e;
+}
+
+bool matches(const void* buf, xcclDataType_t t, size_t idx, const Expected& e) {
+  Value got = load(buf, t, idx);
+  if (typeInfo(t).kind != Kind::kFloat) return got.i == e.v.i;
+  if (std::isnan(got.f)) return false;
+  if (got.f == e.v.f) return true;  // includes infinities
+  return std::fabs(got.f - e.v.f) <= e.tol;
+}
+
+}  // namespace xt
