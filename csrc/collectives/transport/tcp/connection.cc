@@ -88,6 +88,16 @@ class TcpConnection : public Connection {
                reserved_);
     reserved_ -= bytes;
     send_.advanceHead(bytes);
+    // Push the bytes towards the wire now: the engine stops progressing a peer once its
+    // messages are committed, and a peer waiting on bytes parked in our ring would stall.
+    // Errors are left for progress() to report.
+    std::unique_lock<std::mutex> lock(ioMu_, std::try_to_lock);
+    if (lock.owns_lock() && !closed_) {
+      try {
+        flush();
+      } catch (const RemoteError&) {
+      }
+    }
   }
 
   size_t peekRecv(const void** window) override {
