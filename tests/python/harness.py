@@ -1,0 +1,106 @@
+"""Multi-process harness for the plugin tests: real processes, hard timeouts, no leftovers.
+
+run_world(fn, world_size, timeout=..., **kwargs) starts `world_size` spawned processes, each
+calling fn(rank, world_size, **kwargs) after init_process_group("xccl") over a fresh TCP
+store, and returns the list of per-rank return values (each must be picklable). A rank that
+raises, exits, or exceeds the timeout fails the call; every child is killed on the way out.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import queue
+import socket
+import sys
+import time
+import traceback
+
+import torch.multiprocessing as mp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs):
+    try:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        import torch_xccl  # noqa: F401  (routes "xccl")
+
+        if init:
+            dist.init_process_group(
+                "xccl",
+                init_method=f"tcp://127.0.0.1:{port}",
+                rank=rank,
+                world_size=world_size,
+                timeout=datetime.timedelta(seconds=pg_timeout_s),
+            )
+        out = fn(rank, world_size, **kwargs)
+        results.put((rank, "ok", out))
+        if init and dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException as e:  # report, then exit non-zero
+        results.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        sys.stdout.flush()
+        os._exit(1)
+
+
+class WorldFailed(AssertionError):
+    pass
+
+
+def run_world(fn, world_size, timeout=120.0, init=True, pg_timeout_s=60.0,
+              allow_exit=(), **kwargs):
+    """Run fn on world_size ranks; returns [result of rank 0, ..., rank n-1].
+
+    allow_exit: ranks that are expected to die (their missing result is None).
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_entry,
+                         args=(fn, r, world_size, port, results, init, pg_timeout_s, kwargs),
+                         daemon=True) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    got: dict[int, tuple[str, object]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < world_size - len(allow_exit):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorldFailed(f"timed out after {timeout}s; results from ranks {sorted(got)}")
+            try:
+                rank, status, payload = results.get(timeout=min(left, 1.0))
+                got[rank] = (status, payload)
+                if status == "error":
+                    raise WorldFailed(f"rank {rank} failed:\n{payload}")
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs)
+                        if p.exitcode not in (None, 0) and r not in got and r not in allow_exit]
+                if dead:
+                    time.sleep(0.5)  # its error report may still be in flight
+                    while not results.empty():
+                        rank, status, payload = results.get()
+                        got[rank] = (status, payload)
+                        if status == "error":
+                            raise WorldFailed(f"rank {rank} failed:\n{payload}")
+                    raise WorldFailed(f"rank(s) {dead} exited with "
+                                      f"{[procs[r].exitcode for r in dead]} without a result")
+        for p in procs:
+            p.join(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    return [got.get(r, (None, None))[1] for r in range(world_size)]

@@ -1,0 +1,14 @@
+"""Every collective x dtype x op on 1-4 real ranks, against expected values and Gloo."""
+import pytest
+
+import workers_collectives
+from harness import run_world
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_collective_matrix(world):
+    results = run_world(workers_collectives.matrix, world, timeout=200)
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, "\n".join(failures[:50])
+    assert all(r["checks"] > 150 for r in results), [r["checks"] for r in results]
