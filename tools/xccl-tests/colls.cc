@@ -103,6 +103,15 @@ Layout layoutFromBytes(Coll c, size_t bytes, size_t es, int nranks, int rank) {
   return layoutFromCount(c, count, es, nranks, rank);
 }
 
+bool inPlaceSupported(Coll c) { return c != Coll::kAllToAll && c != Coll::kSendRecv; }
+
+std::string worldUnsupportedReason(Coll c, int nranks) {
+  if (c == Coll::kSendRecv && nranks == 1) {
+    return "sendrecv needs 2 or more ranks (libxccl rejects a send to self)";
+  }
+  return "";
+}
+
 double busFactor(Coll c, int nranks) {
   double n = nranks;
   switch (c) {

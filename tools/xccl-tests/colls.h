@@ -46,6 +46,17 @@ Layout layoutFromCount(Coll c, size_t count, size_t elemSize, int nranks, int ra
 // The largest layout with bytes <= `bytes` (counts round down, as in nccl-tests).
 Layout layoutFromBytes(Coll c, size_t bytes, size_t elemSize, int nranks, int rank);
 
+// False where in-place has no defined meaning; those in-place columns print N/A:
+//   alltoall: like NCCL, libxccl rejects sendbuff == recvbuff (a rank would overwrite
+//             blocks it has not sent yet);
+//   sendrecv: the send and the receive of a group progress concurrently, so receiving
+//             into the buffer being sent races (measured: wrong data from 3 ranks on).
+bool inPlaceSupported(Coll c);
+
+// "" when the collective can run on nranks ranks. sendrecv on 1 rank would be a send to
+// self, which libxccl rejects ("cannot send to itself").
+std::string worldUnsupportedReason(Coll c, int nranks);
+
 // busbw = algbw * busFactor: 2(n-1)/n for all_reduce; (n-1)/n for all_gather,
 // reduce_scatter, alltoall, gather, scatter; 1 for broadcast, reduce, sendrecv.
 double busFactor(Coll c, int nranks);

@@ -83,6 +83,8 @@ void validate(const Options& o, int nranks) {
   if (o.conformance) return;
   for (xt::Coll c : o.colls) {
     const xt::CollInfo& ci = xt::collInfo(c);
+    std::string whyNot = xt::worldUnsupportedReason(c, nranks);
+    if (!whyNot.empty()) die(xt::kExitUsage, std::string(ci.name) + ": " + whyNot);
     if (ci.hasRoot && o.root >= nranks) {
       die(xt::kExitUsage, "-r " + std::to_string(o.root) + " is not a rank (" +
                               std::to_string(nranks) + " ranks)");

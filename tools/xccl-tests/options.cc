@@ -150,6 +150,9 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
       {0, "conformance", nullptr, "run the conformance matrix (collectives x types x ops x sizes x "
        "in/out-of-place); exit 1 on any wrong or out-of-bounds element",
        [&o](const std::string&) { o.conformance = true; }},
+      {0, "inject-fault", nullptr, "self-test of the checker: the last rank corrupts one element "
+       "of every out-of-place result and one guard byte; every such check must then fail",
+       [&o](const std::string&) { o.injectFault = true; }},
       {'v', "verbose", nullptr, "conformance: print every row, not just failing ones",
        [&o](const std::string&) { o.verbose = true; }},
       {'h', "help", nullptr, "print this help", [help](const std::string&) { *help = true; }},

@@ -96,7 +96,7 @@ void Report::tableHeader(Coll c) {
               c == Coll::kAllReduce ? "2(n-1)/n"
               : (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kSendRecv) ? "1"
                                                                                       : "(n-1)/n");
-  std::printf("#%51s  %-32s  %s\n", "", "out-of-place", "in-place");
+  std::printf("#%51s%22s%13s%20s\n", "", "out-of-place", "", "in-place");
   std::printf("%s%s%s\n%s%s%s\n", cols, p1, p1, units, p2, p2);
   std::fflush(stdout);
 }

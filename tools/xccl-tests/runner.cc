@@ -131,7 +131,8 @@ void RankRunner::barrier() {
 
 void RankRunner::issueOrThrow(const OpArgs& a, const void* send, void* recv) {
   const char* what = "?";
-  call(issue(a, send, recv, comm_, s_.rank, s_.nranks, &what), what);
+  xcclResult_t r = issue(a, send, recv, comm_, s_.rank, s_.nranks, &what);
+  call(r, what);
 }
 
 void RankRunner::init() {
@@ -190,6 +191,10 @@ PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bo
     issueOrThrow(a, send, recv);
     waitAll();
     out.timeUs = nowUs() - t0;
+    if (opt_.injectFault && !inPlace && s_.rank == s_.nranks - 1 && l.recvElems > 0) {
+      recv[0] ^= 0x5a;              // a wrong element (if this rank's result is checked)
+      recv[l.recvElems * es] ^= 1;  // and an out-of-bounds write just past the buffer
+    }
     std::string firstBad;
     out.wrong = verifyRecv(a, l, gen, s_.rank, s_.nranks, recv, &firstBad);
     if (out.wrong) out.note = firstBad;
@@ -224,7 +229,8 @@ PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bo
 }
 
 void RankRunner::runCase(const OpArgs& a, const Layout& l, bool timed, int caseNo, bool quiet) {
-  PlaceOut p[2] = {runPlace(a, l, false, timed, caseNo), runPlace(a, l, true, timed, caseNo)};
+  PlaceOut p[2] = {runPlace(a, l, false, timed, caseNo),
+                   inPlaceSupported(a.coll) ? runPlace(a, l, true, timed, caseNo) : PlaceOut()};
   CaseWire w;
   std::memset(&w, 0, sizeof w);
   std::string notes;
@@ -285,6 +291,11 @@ void RankRunner::perfMode() {
     const CollInfo& ci = collInfo(c);
     if (printer_) report_.tableHeader(c);
     int caseNo = 0;
+    std::string whyNot = worldUnsupportedReason(c, s_.nranks);
+    if (!whyNot.empty()) {
+      if (printer_) report_.skipped(c, opt_.types.front(), "none", whyNot);
+      continue;
+    }
     for (xcclDataType_t t : opt_.types) {
       std::vector<xcclRedOp_t> ops = ci.hasOp ? opt_.ops : std::vector<xcclRedOp_t>{xcclSum};
       for (xcclRedOp_t op : ops) {
@@ -313,6 +324,14 @@ void RankRunner::conformanceMode() {
   int caseNo = 0;
   for (Coll c : opt_.colls) {
     const CollInfo& ci = collInfo(c);
+    std::string whyNot = worldUnsupportedReason(c, s_.nranks);
+    if (!whyNot.empty()) {
+      if (printer_) {
+        report_.skipped(c, opt_.types.front(), "none", whyNot);
+        std::printf("# %-15s skipped: %s\n", ci.name, whyNot.c_str());
+      }
+      continue;
+    }
     if (printer_ && opt_.verbose) report_.tableHeader(c);
     int64_t checksBefore = report_.failedChecks();
     double t0 = nowUs();
@@ -331,7 +350,7 @@ void RankRunner::conformanceMode() {
           OpArgs a{c, t, op, root, count};
           Layout l = layoutFromCount(c, count, es, s_.nranks, s_.rank);
           runCase(a, l, false, caseNo++, !opt_.verbose);
-          cases += 2;
+          cases += inPlaceSupported(c) ? 2 : 1;
         }
       }
     }
