@@ -235,6 +235,8 @@ int main(int argc, char** argv) {
                             " started " + std::to_string(l.world) + " processes already)");
   }
   int procs = multiHost ? l.world : o.nprocs;
+  o.nprocs = procs;  // the header reports processes, however they were started
+  if (multiHost) o.launcher = l.source;
   int nranks = procs * o.nthreads;
   validate(o, nranks);
 
@@ -252,6 +254,7 @@ int main(int argc, char** argv) {
     xt::OobServer server(fd, nranks, o.timeoutSec);
     int code;
     if (o.nprocs > 1) {
+      o.launcher = "fork (-p)";
       code = runProcesses(o, base, fd, server);
     } else {
       server.start();

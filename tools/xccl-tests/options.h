@@ -39,7 +39,8 @@ struct Options {
   uint64_t seed = 1;
   bool conformance = false;
   bool verbose = false;
-  bool injectFault = false;  // self-test: corrupt each result and a guard byte on the last rank
+  bool injectFault = false;
+  std::string launcher = "none";  // set by main(): which launcher environment was used  // self-test: corrupt each result and a guard byte on the last rank
 };
 
 // Parses argv; on --help prints usage and exits 0; on a bad flag prints why and exits 2.

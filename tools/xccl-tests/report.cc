@@ -75,7 +75,7 @@ void Report::header(const std::vector<std::string>& rankLines, const std::string
                 opt_.warmup, opt_.iters, opt_.aggIters, opt_.check, opt_.average,
                 static_cast<unsigned long long>(opt_.seed), opt_.timeoutSec);
   }
-  std::printf("#\n# Using devices\n");
+  std::printf("# launcher: %s\n#\n# Using devices\n", opt_.launcher.c_str());
   for (const std::string& l : rankLines) std::printf("#  %s\n", l.c_str());
   std::printf("#\n");
   std::fflush(stdout);
@@ -83,10 +83,10 @@ void Report::header(const std::vector<std::string>& rankLines, const std::string
 
 void Report::tableHeader(Coll c) {
   char cols[128];
-  std::snprintf(cols, sizeof cols, "%12s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop",
+  std::snprintf(cols, sizeof cols, "%12s  %12s  %8s  %9s  %6s", "size", "count", "type", "redop",
                 "root");
   char units[128];
-  std::snprintf(units, sizeof units, "%12s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  std::snprintf(units, sizeof units, "%12s  %12s  %8s  %9s  %6s", "(B)", "(elements)", "", "", "");
   cols[0] = units[0] = '#';
   const char* place = "  %7s  %7s  %7s  %6s";
   char p1[64], p2[64];
@@ -96,7 +96,8 @@ void Report::tableHeader(Coll c) {
               c == Coll::kAllReduce ? "2(n-1)/n"
               : (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kSendRecv) ? "1"
                                                                                       : "(n-1)/n");
-  std::printf("#%51s%22s%13s%20s\n", "", "out-of-place", "", "in-place");
+  std::printf("#%*s%22s%13s%20s\n", static_cast<int>(std::strlen(cols)) - 1, "", "out-of-place", "",
+              "in-place");
   std::printf("%s%s%s\n%s%s%s\n", cols, p1, p1, units, p2, p2);
   std::fflush(stdout);
 }
@@ -114,7 +115,7 @@ void Report::row(const Row& r, bool quiet) {
     ++bwCount_;
   }
   if (quiet && !bad) return;
-  std::printf("%12zu  %12zu  %8s  %6s  %6d", r.bytes, r.count, typeInfo(r.type).name,
+  std::printf("%12zu  %12zu  %8s  %9s  %6d", r.bytes, r.count, typeInfo(r.type).name,
               r.redop.c_str(), r.root);
   for (const PlaceStats& p : r.place) {
     if (!p.ran) {
