@@ -331,9 +331,16 @@ bool Exchange::progressRecvAny() {
   return false;
 }
 
+// Only peers this rank is waiting on: a peer that finished and destroyed its
+// communicator is not a failure unless we still need bytes from (or to) it. A dead peer we
+// are not waiting on is noticed by whoever waits on it, whose failure closes its
+// connections and so reaches us.
 void Exchange::checkPeers() {
   for (int p = 0; p < nranks_; ++p) {
-    if (p != rank_ && conns_[p]) conns_[p]->checkAlive();
+    if (p == rank_ || !conns_[p]) continue;
+    if (!sends_[p].empty() || !recvs_[p].empty() || (recvAny_ && recvs_[p].empty())) {
+      conns_[p]->checkAlive();
+    }
   }
 }
 
@@ -359,20 +366,20 @@ void Exchange::wait() {
   auto lastCheck = Clock::now();
   const auto checkEvery = std::chrono::microseconds(xcclParamAliveCheckUs());
   try {
-    while (pending_ > 0) {
+    for (;;) {
       bool progressed = progressRecvAny();
+      bool busy = pending_ > 0;
       for (int p = 0; p < nranks_; ++p) {
-        if (p == rank_ || (sends_[p].empty() && recvs_[p].empty())) continue;
+        if (p == rank_) continue;
         Connection* c = conns_[p];
+        const bool posted = !sends_[p].empty() || !recvs_[p].empty() || (recvAny_ != nullptr);
+        if (!posted && !c->sendPending()) continue;
+        busy = true;
         progressed |= c->progress();
         progressed |= progressSend(p);
         progressed |= progressRecv(p);
       }
-      if (recvAny_) {
-        for (int p = 0; p < nranks_; ++p) {
-          if (p != rank_ && recvs_[p].empty()) progressed |= conns_[p]->progress();
-        }
-      }
+      if (!busy) break;  // every message done and every byte handed to the wire
       if (progressed) {
         backoff.reset();
         continue;

@@ -36,6 +36,11 @@ class Connection {
   // Moves bytes between user-space rings and the wire (TCP); no-op for shared memory.
   // Returns true when anything moved. Throws RemoteError when the peer has closed/died.
   virtual bool progress() = 0;
+  // True while bytes committed with commitSend() have not yet left this process (TCP:
+  // still in the user-space ring because the socket was full). The engine keeps
+  // progressing such a connection before it reports an operation complete, so that no
+  // peer waits on bytes parked here while this rank sits idle.
+  virtual bool sendPending() { return false; }
   // Throws RemoteError if the peer is known to be gone (closed flag, dead process,
   // socket hangup). Called by idle progress loops now and then; may cost a syscall.
   virtual void checkAlive() = 0;

@@ -130,6 +130,11 @@ class TcpConnection : public Connection {
 
   void checkAlive() override { progress(); }
 
+  bool sendPending() override {
+    std::lock_guard<std::mutex> lock(ioMu_);
+    return !closed_ && send_.used() != 0;
+  }
+
   // Safe to call from another thread than the one progressing (abort): the socket is
   // shut down, not closed, so its fd number cannot be reused under a concurrent recv.
   void close() override {
