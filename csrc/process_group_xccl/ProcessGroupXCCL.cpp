@@ -342,12 +342,12 @@ bool WorkXCCL::wait(std::chrono::milliseconds timeout) {
       if (left <= 0) {
         auto err = makeError(xcclTimeout, "wait timed out after " +
                                               std::to_string(limit.count()) + " ms");
+        complete(err);  // first, so this work reports the timeout (not the abort below)
         if (blockingWait_ || errorMode_ == AsyncErrorMode::kTearDown ||
             errorMode_ == AsyncErrorMode::kCleanUpOnly) {
           // The group cannot make progress consistently any more: fail it everywhere.
           comm_->close("aborted after a timed-out wait in " + std::string(opName_), false);
         }
-        complete(err);
         break;
       }
       xcclResult_t r = xcclInProgress;

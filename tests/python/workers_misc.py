@@ -175,3 +175,36 @@ def zero(rank, world):
         results[name] = [p.detach().clone() for p in model.parameters()]
     diff = max((a - b).abs().max().item() for a, b in zip(results["gloo"], results["xccl"]))
     return {"diff": diff}
+
+
+def wait_timeout(rank, world):
+    """Rank 1 skips a collective: rank 0's wait(timeout) raises; with BLOCKING_WAIT=1 the
+    communicator is aborted, so rank 1's next collective fails fast instead of hanging."""
+    import datetime
+
+    import torch_xccl
+
+    out = {"describe": torch_xccl.describe()}
+    if rank == 0:
+        work = dist.all_reduce(torch.ones(4), async_op=True)
+        start = time.monotonic()
+        out["wait"] = expect_error(lambda: work.wait(datetime.timedelta(seconds=2)),
+                                   "xccl allreduce", "timed out")
+        out["elapsed"] = time.monotonic() - start
+        out["later"] = expect_error(lambda: dist.all_reduce(torch.ones(1)), "xccl allreduce")
+    else:
+        time.sleep(3)
+        start = time.monotonic()
+        out["peer"] = expect_error(lambda: dist.all_reduce(torch.ones(7)))
+        out["elapsed"] = time.monotonic() - start
+    return out
+
+
+def teardown(rank, world):
+    """TORCH_XCCL_ASYNC_ERROR_HANDLING=1: a dead peer takes the survivors down (SIGABRT)."""
+    dist.all_reduce(torch.ones(8))
+    if rank == 1:
+        os._exit(3)
+    work = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    time.sleep(60)  # the completion thread must terminate the process before this returns
+    return {"survived": work.is_completed()}
