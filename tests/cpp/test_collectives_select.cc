@@ -1,0 +1,107 @@
+// The selector on its own: XCCL_ALGO parsing, the tuning table, declining algorithms.
+// An Exchange with no connections is enough: selection only looks at the call and nranks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <string>
+
+#include "collectives/algorithms/algorithm.h"
+#include "collectives/common/error.h"
+#include "device/device.h"
+#include "test_util.h"
+
+namespace {
+
+using xccl::CollArgs;
+using xccl::CollType;
+using xccl_test::ScopedEnv;
+
+class Select : public ::testing::Test {
+ protected:
+  Select()
+      : ex_(0, 4, xccl::getDevice(-1), std::vector<xccl::Connection*>(4, nullptr), {0, 1, 2, 3},
+            abort_) {}
+  std::string pick(CollType type, size_t count, xcclDataType_t dtype = xcclFloat32) {
+    CollArgs a;
+    a.type = type;
+    a.count = count;
+    a.dtype = dtype;
+    return xccl::selectAlgorithm(a, ex_).name;
+  }
+  std::atomic<bool> abort_{false};
+  xccl::Exchange ex_;
+};
+
+TEST_F(Select, EveryCollectiveHasAnAlgorithm) {
+  std::set<CollType> covered;
+  for (const auto& a : xccl::allAlgorithms()) covered.insert(a.type);
+  for (CollType t : {CollType::kAllReduce, CollType::kBroadcast, CollType::kReduce,
+                     CollType::kAllGather, CollType::kReduceScatter, CollType::kAllToAll,
+                     CollType::kAllToAllv, CollType::kGather, CollType::kScatter, CollType::kSend,
+                     CollType::kRecv, CollType::kRecvAny, CollType::kBarrier}) {
+    EXPECT_TRUE(covered.count(t)) << xccl::collName(t);
+  }
+}
+
+TEST_F(Select, AutomaticChoiceFollowsMessageSize) {
+  ScopedEnv algo("XCCL_ALGO", nullptr);
+  ScopedEnv max("XCCL_ALLREDUCE_DIRECT_MAX", "4096");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");  // 4 KiB
+  EXPECT_EQ(pick(CollType::kAllReduce, 1025), "ring");
+  EXPECT_EQ(pick(CollType::kBroadcast, 1 << 20), "chain");
+  EXPECT_EQ(pick(CollType::kBroadcast, 16), "direct");
+  EXPECT_EQ(pick(CollType::kReduce, 1 << 20), "chain");
+  EXPECT_EQ(pick(CollType::kAllGather, 1 << 20), "ring");
+  EXPECT_EQ(pick(CollType::kReduceScatter, 1 << 20), "ring");
+  EXPECT_EQ(pick(CollType::kAllToAll, 5), "pairwise");
+  EXPECT_EQ(pick(CollType::kBarrier, 0), "dissemination");
+}
+
+TEST_F(Select, OneNameForcesEveryCollectiveThatHasIt) {
+  ScopedEnv algo("XCCL_ALGO", "direct");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "direct");
+  EXPECT_EQ(pick(CollType::kBroadcast, 1 << 20), "direct");
+  EXPECT_EQ(pick(CollType::kAllGather, 1 << 20), "direct");
+  EXPECT_EQ(pick(CollType::kAllToAll, 1 << 20), "pairwise");  // has no "direct": automatic
+}
+
+TEST_F(Select, PerCollectiveSpec) {
+  ScopedEnv algo("XCCL_ALGO", "allreduce=ring, Reduce_Scatter=direct");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1), "ring");
+  EXPECT_EQ(pick(CollType::kReduceScatter, 1 << 20), "direct");
+  EXPECT_EQ(pick(CollType::kBroadcast, 1 << 20), "chain");  // not named: automatic
+}
+
+TEST_F(Select, BadSpecsAreUsageErrors) {
+  for (const char* spec : {"allreduce=bogus", "bogus", "nosuchcoll=ring", "ring,direct"}) {
+    ScopedEnv algo("XCCL_ALGO", spec);
+    try {
+      pick(CollType::kAllReduce, 1);
+      ADD_FAILURE() << "XCCL_ALGO=" << spec << " was accepted";
+    } catch (const xccl::InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("XCCL_ALGO"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(Select, ForcedAlgorithmThatDeclinesIsAUsageErrorNamingIt) {
+  ScopedEnv algo("XCCL_ALGO", "allreduce=direct");
+  ScopedEnv cap("XCCL_DIRECT_TEMP_MAX", "65536");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");  // 4 ranks x 4 KiB fits
+  try {
+    pick(CollType::kAllReduce, 1 << 20);
+    ADD_FAILURE() << "direct accepted a call above its temporary cap";
+  } catch (const xccl::InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("'direct'"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Select, DecliningAlgorithmFallsBackWhenNotForced) {
+  ScopedEnv algo("XCCL_ALGO", nullptr);
+  ScopedEnv cap("XCCL_DIRECT_TEMP_MAX", "1024");
+  ScopedEnv max("XCCL_ALLREDUCE_DIRECT_MAX", "1000000000");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
+}
+
+}  // namespace
