@@ -7,7 +7,7 @@ Trains a small MLP on a synthetic regression task and prints the loss per step (
 a parameter checksum from every rank at the end (equal on all ranks = DDP kept them in sync).
 """
 import argparse
-import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -47,7 +47,9 @@ def main():
         if rank == 0:
             print(f"step {step:3d}  loss {avg.item():.5f}", flush=True)
     checksum = sum(p.detach().double().sum().item() for p in model.parameters())
-    print(f"rank {rank} final parameter checksum {checksum:.10f}", flush=True)
+    # one write per line, so the two ranks' lines do not interleave mid-line
+    sys.stdout.write(f"rank {rank} final parameter checksum {checksum:.10f}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

@@ -31,7 +31,7 @@ def check_demo_output(out, steps):
     losses = [float(x) for x in re.findall(r"step +\d+ +loss ([0-9.]+)", out)]
     assert len(losses) == steps, out
     assert losses[-1] < losses[0], losses  # it trains
-    sums = re.findall(r"rank (\d) final parameter checksum (\S+)", out)
+    sums = re.findall(r"rank (\d) final parameter checksum (-?[0-9]+\.[0-9]{10})", out)
     assert sorted(r for r, _ in sums) == ["0", "1"], out
     assert len({s for _, s in sums}) == 1, sums  # DDP kept the ranks identical
 
