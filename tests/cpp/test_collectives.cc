@@ -60,7 +60,7 @@ class Coll : public ::testing::TestWithParam<WorldParam> {
     algoEnv_.reset();
   }
   int n() const { return GetParam().n; }
-  bool large() const { return n() == 2 || n() == 3 || n() == 8; }
+  bool large() const { return n() >= 2; }
 
   // Builds each rank's batch with makeOps(rank, comm, ops), enqueues all, waits, verifies.
   void runBatch(const std::function<void(int, xcclComm_t, std::vector<Op>&)>& makeOps) {
@@ -454,7 +454,7 @@ TEST_P(Coll, Barrier) {
 // ---- large messages (>= 4 MiB of float32) on a few world sizes ----
 TEST_P(Coll, LargeFloat32) {
   const int n = this->n();
-  if (!large()) GTEST_SKIP() << "large messages run on 2, 3 and 8 ranks";
+  if (!large()) GTEST_SKIP() << "one rank: nothing moves";
   const size_t count = (size_t{1} << 20) + 3;  // 4 MiB + 12 bytes: uneven blocks
   const size_t per = count / n + 1;            // per-rank block for gather-like collectives
   const xcclDataType_t t = xcclFloat32;
@@ -530,6 +530,41 @@ TEST_P(Coll, LargeFloat32) {
   for (int r = 1; r < n; ++r) {
     EXPECT_EQ(allreduceOut[r]->bytes, allreduceOut[0]->bytes) << "rank " << r << " differs from rank 0";
   }
+}
+
+// Slices and chunks that do not divide the element size or the blocks: the sender and the
+// receiver must cut every message at the same element boundaries.
+TEST(CollSlicing, OddSliceAndChunkSizes) {
+  xccl_test::ScopedEnv slice("XCCL_RING_SLICE", "1000");
+  xccl_test::ScopedEnv chunk("XCCL_CHAIN_CHUNK", "999");
+  xccl_test::ScopedEnv algo("XCCL_ALGO", "allreduce=ring,broadcast=chain,reduce=chain");
+  const int n = 3;
+  ThreadWorld world(n);
+  world.run([&](int rank, xcclComm_t comm) {
+    for (xcclDataType_t t : {xcclFloat64, xcclInt8, xcclBfloat16}) {
+      for (size_t count : {size_t{5}, size_t{1001}, size_t{100003}}) {
+        std::string tag = std::string(xcclTypeName(t)) + " count " + std::to_string(count);
+        Buf ar(t, count), bc(t, count), rdIn(t, count), rdOut(t, count);
+        for (size_t i = 0; i < count; ++i) {
+          ar.set(i, reduceInput(xcclSum, t, rank, i));
+          bc.set(i, rank == 2 ? pattern(2, i, t) : 0);
+          rdIn.set(i, reduceInput(xcclMin, t, rank, i));
+        }
+        check(xcclAllReduce(ar.data(), ar.data(), count, t, xcclSum, comm, nullptr), comm);
+        check(xcclBroadcast(bc.data(), bc.data(), count, t, 2, comm, nullptr), comm);
+        check(xcclReduce(rdIn.data(), rdOut.data(), count, t, xcclMin, 1, comm, nullptr), comm);
+        waitAll(comm);
+        expectMatches(ar, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
+                      "allreduce ring " + tag);
+        expectMatches(bc, 0, count, [&](size_t i) { return pattern(2, i, t); },
+                      "broadcast chain " + tag);
+        if (rank == 1) {
+          expectMatches(rdOut, 0, count, [&](size_t i) { return reduceExpected(xcclMin, t, n, i); },
+                        "reduce chain " + tag);
+        }
+      }
+    }
+  });
 }
 
 std::vector<WorldParam> worlds() {

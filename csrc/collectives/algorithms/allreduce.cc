@@ -19,6 +19,7 @@
 // "direct" (latency-optimal, small messages): one step. Every rank sends its whole sendbuf
 // to every other rank and receives the n-1 others into a temporary (slot i = rank i), then
 // folds in rank order: recvbuf = ((in0 op in1) op in2) ... - identical on every rank.
+#include <cstdint>
 #include <vector>
 
 #include "collectives/common/param.h"
@@ -91,8 +92,9 @@ struct RingStep {
 void ringRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), p = ex.ringPos(ex.rank());
   const Blocks blocks{args.count, n};
+  const int64_t slice = xcclParamRingSlice();  // <= 0: one message per block
   RingStep step{ex, args, blocks, dtypeSize(args.dtype),
-                static_cast<size_t>(std::max<int64_t>(1, xcclParamRingSlice()))};
+                slice > 0 ? static_cast<size_t>(slice) : SIZE_MAX};
   // Reduce-scatter: at step s the block I send is the one I reduced at step s-1.
   for (int s = 0; s < n - 1; ++s) {
     step.post(s == 0 ? args.sendbuf : args.recvbuf, mod(p - 1 - s, n), mod(p - 2 - s, n),

@@ -35,10 +35,10 @@ namespace xccl {
 
 XCCL_PARAM_STR(Algo, "ALGO", "")
 XCCL_PARAM(AllreduceDirectMax, "ALLREDUCE_DIRECT_MAX", 64 << 10)
-XCCL_PARAM(BroadcastDirectMax, "BROADCAST_DIRECT_MAX", 32 << 10)
-XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 32 << 10)
+XCCL_PARAM(BroadcastDirectMax, "BROADCAST_DIRECT_MAX", 64 << 10)
+XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 64 << 10)
 XCCL_PARAM(AllgatherDirectMax, "ALLGATHER_DIRECT_MAX", 64 << 10)
-XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 64 << 10)
+XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 256 << 10)
 
 namespace {
 
