@@ -40,8 +40,10 @@ void chainRun(Exchange& ex, const CollArgs& args) {
     for (size_t j = 0; j < nchunks; ++j) {
       ex.send(ex.ringNext(), at(args.sendbuf, chunkOffset(j)), chunkSize(j));
     }
-    ex.device().copy(args.recvbuf, args.sendbuf, args.count * elemSize,
-                     CopyKind::kDeviceToDevice);
+    if (args.recvbuf != args.sendbuf) {
+      ex.device().copy(args.recvbuf, args.sendbuf, args.count * elemSize,
+                       CopyKind::kDeviceToDevice);
+    }
     ex.wait();
     return;
   }
@@ -66,7 +68,9 @@ void directRun(Exchange& ex, const CollArgs& args) {
     for (int peer = 0; peer < n; ++peer) {
       if (peer != me) ex.send(peer, args.sendbuf, bytes);
     }
-    ex.device().copy(args.recvbuf, args.sendbuf, bytes, CopyKind::kDeviceToDevice);
+    if (args.recvbuf != args.sendbuf) {
+      ex.device().copy(args.recvbuf, args.sendbuf, bytes, CopyKind::kDeviceToDevice);
+    }
   } else {
     ex.recv(args.root, args.recvbuf, bytes);
   }

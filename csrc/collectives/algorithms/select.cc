@@ -229,6 +229,7 @@ void runLocal(Exchange& ex, const CollArgs& args) {
     case CollType::kBarrier:
       return;
     case CollType::kAllToAllv:
+      if (args.sendbuf == args.recvbuf && args.sdispls[0] == args.rdispls[0]) return;
       device.copy(at(args.recvbuf, args.rdispls[0] * elemSize),
                   at(args.sendbuf, args.sdispls[0] * elemSize), args.sendcounts[0] * elemSize,
                   CopyKind::kDeviceToDevice);
@@ -240,8 +241,10 @@ void runLocal(Exchange& ex, const CollArgs& args) {
     device.scale(args.recvbuf, args.sendbuf, args.count, args.dtype, args.scalar);
     return;
   }
-  // Avg divides by 1: a copy like every other op.
-  device.copy(args.recvbuf, args.sendbuf, args.count * elemSize, CopyKind::kDeviceToDevice);
+  // Avg divides by 1: a copy like every other op (nothing at all in-place).
+  if (args.recvbuf != args.sendbuf) {
+    device.copy(args.recvbuf, args.sendbuf, args.count * elemSize, CopyKind::kDeviceToDevice);
+  }
 }
 
 // Elements this rank owns as output of a reduction (Avg divides them by nranks).
