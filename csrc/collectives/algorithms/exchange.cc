@@ -268,10 +268,10 @@ bool Exchange::progressRecv(int peer) {
     if (p2p != m.p2p || h.seq != m.seq || (!p2p && h.type != static_cast<uint16_t>(type_))) {
       throw RemoteError(strCat(
           "rank ", rank_, ": operation mismatch with rank ", peer, ": this rank runs ",
-          collName(type_), m.p2p ? " (point-to-point #" : " #", m.seq, "), rank ", peer,
-          " sent data for ", collName(static_cast<CollType>(h.type)),
-          p2p ? " (point-to-point #" : " #", h.seq,
-          "): the ranks issued different collectives or in a different order"));
+          collName(type_), m.p2p ? " (point-to-point #" : " #", m.seq, m.p2p ? ")" : "",
+          ", rank ", peer, " sent data for ", collName(static_cast<CollType>(h.type)),
+          p2p ? " (point-to-point #" : " #", h.seq, p2p ? ")" : "",
+          ": the ranks issued different collectives or in a different order"));
     }
     if (h.bytes != m.bytes) {
       throw RemoteError(strCat("rank ", rank_, ": size mismatch in ", collName(type_), " #",
