@@ -523,7 +523,9 @@ TEST_P(Coll, LargeFloat32) {
                    [=] { check(xcclAllToAll(aaIn->data(), aaOut->data(), per, t, comm, nullptr), comm); },
                    [=] {
                      expectMatches(*aaOut, 0, per * n,
-                                   [&](size_t j) { return pattern(static_cast<int>(j / per), rank * per + j % per, t); },
+                                   [&](size_t j) {
+                                     return pattern(static_cast<int>(j / per), rank * per + j % per, t);
+                                   },
                                    "alltoall large");
                    }});
   });
