@@ -6,7 +6,7 @@
 // start, it measures single-thread memcpy bandwidth on buffers of the same sizes, the
 // limit a copy-based transport cannot beat. Prints a table and, with --json FILE, JSON.
 //
-//   bench_core [--ranks N] [--iters K] [--json out.json]
+//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--json out.json]
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -103,17 +103,23 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id,
 int main(int argc, char** argv) {
   int nranks = 2, iters = 20;
   const char* json = nullptr;
+  std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) nranks = atoi(argv[++i]);
     else if (a == "--iters" && i + 1 < argc) iters = atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--sizes" && i + 1 < argc) {
+      sizes.clear();
+      for (char* tok = strtok(argv[++i], ","); tok; tok = strtok(nullptr, ",")) {
+        sizes.push_back(strtoull(tok, nullptr, 0));
+      }
+    }
     else {
-      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--json FILE]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
-  const std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   std::vector<double> memcpyBw;
   for (size_t b : sizes) memcpyBw.push_back(b < 4096 ? 0 : memcpyBandwidth(b, b > (8 << 20) ? 5 : 20));
 

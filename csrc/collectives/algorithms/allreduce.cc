@@ -12,6 +12,8 @@
 //   s0:  b2 -->    b0 -->    b1 -->  (wraps)  reduced; allgather then passes every owned
 //   s1:  b1 -->    b2 -->    b0 -->           block once around the ring.
 //
+// All 2(n-1) steps are posted at once; each step's send forwards what the previous step
+// received, slice by slice as it lands (Exchange::sendForward), so the steps overlap.
 // Each block is reduced exactly once (by one chain of ranks) and then copied, so all ranks
 // end with bit-identical results. Step 0 sends straight from sendbuf and every recvReduce
 // reads its local operand from sendbuf, so out-of-place never copies sendbuf to recvbuf.
@@ -63,47 +65,62 @@ void FoldInputs::fold(void* dst, size_t count, xcclDataType_t dtype, xcclRedOp_t
 
 namespace {
 
-// Posts one step of the ring for `block`: send sendBlock's slices to next; receive the
-// slices of recvBlock from prev, reducing (reduce == true) or plainly.
-struct RingStep {
+// The whole ring schedule is posted before a single wait(): a block that arrives in one
+// step is forwarded in the next (sendForward) slice by slice as it lands, so a slice is
+// reduced, forwarded and copied while it is still in cache, and no step waits for the
+// previous one to finish.
+struct Ring {
   Exchange& ex;
   const CollArgs& args;
   const Blocks& blocks;
   size_t elemSize, sliceBytes;
 
-  void post(const void* sendBase, int sendBlock, int recvBlock, bool reduce) {
-    size_t sendFirst = blocks.first(sendBlock), recvFirst = blocks.first(recvBlock);
-    forEachPiece(blocks.size(sendBlock), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
-      ex.send(ex.ringNext(), at(sendBase, (sendFirst + slice) * elemSize), elems * elemSize);
+  // Sends block `b` from `base`, one message per slice.
+  void send(const void* base, int b) {
+    const size_t first = blocks.first(b);
+    forEachPiece(blocks.size(b), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
+      ex.send(ex.ringNext(), at(base, (first + slice) * elemSize), elems * elemSize);
     });
-    forEachPiece(blocks.size(recvBlock), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
-      size_t offset = (recvFirst + slice) * elemSize;
-      if (reduce) {
-        ex.recvReduce(ex.ringPrev(), at(args.recvbuf, offset), at(args.sendbuf, offset), elems,
-                      args.dtype, args.op);
-      } else {
-        ex.recv(ex.ringPrev(), at(args.recvbuf, offset), elems * elemSize);
-      }
+  }
+  // Receives block `b` from prev into recvbuf, reducing with sendbuf or plainly.
+  std::vector<MsgRef> recv(int b, bool reduce) {
+    std::vector<MsgRef> landed;
+    const size_t first = blocks.first(b);
+    forEachPiece(blocks.size(b), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
+      const size_t offset = (first + slice) * elemSize;
+      landed.push_back(reduce ? ex.recvReduce(ex.ringPrev(), at(args.recvbuf, offset),
+                                              at(args.sendbuf, offset), elems, args.dtype,
+                                              args.op)
+                              : ex.recv(ex.ringPrev(), at(args.recvbuf, offset),
+                                        elems * elemSize));
     });
-    ex.wait();
+    return landed;
+  }
+  void forward(const std::vector<MsgRef>& landed) {
+    for (const MsgRef& m : landed) ex.sendForward(ex.ringNext(), m);
   }
 };
 
 void ringRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), p = ex.ringPos(ex.rank());
   const Blocks blocks{args.count, n};
-  const int64_t slice = xcclParamRingSlice();  // <= 0: one message per block
-  RingStep step{ex, args, blocks, dtypeSize(args.dtype),
-                slice > 0 ? static_cast<size_t>(slice) : SIZE_MAX};
-  // Reduce-scatter: at step s the block I send is the one I reduced at step s-1.
-  for (int s = 0; s < n - 1; ++s) {
-    step.post(s == 0 ? args.sendbuf : args.recvbuf, mod(p - 1 - s, n), mod(p - 2 - s, n),
-              /*reduce=*/true);
+  Ring ring{ex, args, blocks, dtypeSize(args.dtype),
+            static_cast<size_t>(std::max<int64_t>(1, xcclParamRingSlice()))};
+  // Reduce-scatter, step s: send block p-1-s (step 0 from sendbuf, later the block reduced
+  // in step s-1), recvReduce block p-2-s.
+  ring.send(args.sendbuf, mod(p - 1, n));
+  std::vector<MsgRef> landed = ring.recv(mod(p - 2, n), /*reduce=*/true);
+  for (int s = 1; s < n - 1; ++s) {
+    ring.forward(landed);
+    landed = ring.recv(mod(p - 2 - s, n), /*reduce=*/true);
   }
-  // Allgather: forward the fully reduced blocks around the ring.
+  // Allgather, step s: forward the block that landed last (step 0: block p, fully reduced
+  // here), receive block p-1-s.
   for (int s = 0; s < n - 1; ++s) {
-    step.post(args.recvbuf, mod(p - s, n), mod(p - 1 - s, n), /*reduce=*/false);
+    ring.forward(landed);
+    landed = ring.recv(mod(p - 1 - s, n), /*reduce=*/false);
   }
+  ex.wait();
 }
 
 bool ringSupports(const CollArgs&, const Exchange&) { return true; }

@@ -103,6 +103,7 @@ struct PendingMsg {
   size_t esize = 1;
   uint64_t seq = 0;
   int* anyPeerOut = nullptr;
+  MsgRef after;  // sendForward: may send only what this receive has landed
 };
 
 Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*> conns,
@@ -143,7 +144,7 @@ static void checkPeerArg(int peer, int rank, int nranks, const char* what) {
 
 void Exchange::send(int peer, const void* src, size_t bytes) {
   checkPeerArg(peer, rank_, nranks_, "send");
-  auto m = std::make_unique<PendingMsg>();
+  auto m = std::make_shared<PendingMsg>();
   m->kind = MsgKind::kSend;
   m->peer = peer;
   m->p2p = type_ == CollType::kSend || type_ == CollType::kRecv || type_ == CollType::kRecvAny;
@@ -155,9 +156,9 @@ void Exchange::send(int peer, const void* src, size_t bytes) {
   ++pending_;
 }
 
-void Exchange::recv(int peer, void* dst, size_t bytes) {
+MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
   checkPeerArg(peer, rank_, nranks_, "recv");
-  auto m = std::make_unique<PendingMsg>();
+  auto m = std::make_shared<PendingMsg>();
   m->kind = MsgKind::kRecv;
   m->peer = peer;
   m->p2p = type_ == CollType::kSend || type_ == CollType::kRecv || type_ == CollType::kRecvAny;
@@ -165,14 +166,15 @@ void Exchange::recv(int peer, void* dst, size_t bytes) {
   m->bytes = bytes;
   m->padLeft = padOf(bytes);
   m->seq = m->p2p ? p2pRecvd_[peer]++ : collSeq_;
-  recvs_[peer].push_back(std::move(m));
+  recvs_[peer].push_back(m);
   ++pending_;
+  return m;
 }
 
-void Exchange::recvReduce(int peer, void* dst, const void* local, size_t count,
+MsgRef Exchange::recvReduce(int peer, void* dst, const void* local, size_t count,
                           xcclDataType_t dtype, xcclRedOp_t op) {
   checkPeerArg(peer, rank_, nranks_, "recvReduce");
-  auto m = std::make_unique<PendingMsg>();
+  auto m = std::make_shared<PendingMsg>();
   m->kind = MsgKind::kRecvReduce;
   m->peer = peer;
   m->p2p = false;
@@ -185,13 +187,20 @@ void Exchange::recvReduce(int peer, void* dst, const void* local, size_t count,
   m->bytes = count * m->esize;
   m->padLeft = padOf(m->bytes);
   m->seq = collSeq_;
-  recvs_[peer].push_back(std::move(m));
+  recvs_[peer].push_back(m);
   ++pending_;
+  return m;
+}
+
+void Exchange::sendForward(int peer, const MsgRef& source) {
+  XCCL_CHECK(source && source->kind != MsgKind::kSend, "sendForward needs a posted receive");
+  send(peer, source->dst, source->bytes);
+  sends_[peer].back()->after = source;
 }
 
 void Exchange::recvAny(void* dst, size_t bytes, int* peerOut) {
   XCCL_CHECK(!recvAny_, "only one recvAny may be posted at a time");
-  auto m = std::make_unique<PendingMsg>();
+  auto m = std::make_shared<PendingMsg>();
   m->kind = MsgKind::kRecv;
   m->peer = -1;
   m->p2p = true;
@@ -221,6 +230,8 @@ bool Exchange::progressSend(int peer) {
   }
   if (m.phase == Phase::kPayload && m.done < m.bytes) {
     size_t want = std::min(m.bytes - m.done, sliceBytes_);
+    if (m.after) want = std::min(want, m.after->done - m.done);  // only what has landed
+    if (want == 0) return false;
     size_t got = c->reserveSend(&win, want);
     if (got == 0) return false;
     device_.copy(win, m.src + m.done, got, CopyKind::kDeviceToStaging);
@@ -389,6 +400,8 @@ void Exchange::wait() {
         throw InvalidUsage(strCat("rank ", rank_, ": communicator aborted during ",
                                   collName(type_)));
       }
+      // Reading the clock costs more than a poll of the rings: only every 64 idle polls.
+      if (backoff.count() % 64 != 0) continue;
       auto now = Clock::now();
       if (now - lastCheck >= checkEvery) {
         lastCheck = now;

@@ -62,6 +62,8 @@ struct CollArgs {
 };
 
 struct PendingMsg;  // defined in exchange.cc
+// A posted receive, for sendForward(). Valid until the wait() that completes it returns.
+using MsgRef = std::shared_ptr<PendingMsg>;
 
 class Exchange {
  public:
@@ -84,10 +86,14 @@ class Exchange {
   // Posts a message of `bytes` bytes from device buffer src to peer.
   void send(int peer, const void* src, size_t bytes);
   // Posts receipt of a message of exactly `bytes` bytes from peer into device buffer dst.
-  void recv(int peer, void* dst, size_t bytes);
+  MsgRef recv(int peer, void* dst, size_t bytes);
   // Posts receipt that reduces: dst[i] = local[i] (op) incoming[i]. local may equal dst.
-  void recvReduce(int peer, void* dst, const void* local, size_t count, xcclDataType_t dtype,
-                  xcclRedOp_t op);
+  MsgRef recvReduce(int peer, void* dst, const void* local, size_t count, xcclDataType_t dtype,
+                    xcclRedOp_t op);
+  // Posts a send of what `source` (a posted recv/recvReduce) writes into its dst, slice by
+  // slice as it lands: a ring or chain forwards data while it is still in cache, and a whole
+  // multi-step schedule can be posted at once and completed by a single wait().
+  void sendForward(int peer, const MsgRef& source);
   // Posts receipt of a point-to-point message from any peer; *peerOut gets the sender.
   void recvAny(void* dst, size_t bytes, int* peerOut);
   // Progresses all posted messages until every one is complete. Throws Timeout,
@@ -109,8 +115,8 @@ class Exchange {
   CollType type_ = CollType::kAllReduce;
   uint64_t collSeq_ = 0;
   Deadline deadline_;
-  std::vector<std::deque<std::unique_ptr<PendingMsg>>> sends_, recvs_;
-  std::unique_ptr<PendingMsg> recvAny_;
+  std::vector<std::deque<MsgRef>> sends_, recvs_;
+  MsgRef recvAny_;
   std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per-peer point-to-point message counters
   size_t pending_ = 0;
   size_t sliceBytes_;

@@ -12,6 +12,10 @@ namespace xccl {
 
 XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30 * 60 * 1000)
 XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50)
+// Polls of a waiting caller before it blocks. 0 by default: with ranks x 2 threads on few
+// cores a spinning caller takes the core its own progress thread needs (measured in
+// BENCHMARKS.md); raise it only when cores outnumber ranks.
+XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
            const xcclConfig_t& config)
@@ -93,9 +97,9 @@ xcclResult_t Comm::query(uint64_t id) const {
 
 xcclResult_t Comm::wait(uint64_t id, int64_t timeoutMs) {
   if (timeoutMs < 0) timeoutMs = timeoutMs_;
-  // Short spin for latency-sensitive small operations, then block.
   Backoff backoff;
-  for (int i = 0; i < 200; ++i) {
+  static const int64_t spins = xcclParamWaitSpin();
+  for (int i = 0; i < spins; ++i) {
     xcclResult_t r = query(id);
     if (r != xcclInProgress) return r;
     backoff.idle();
