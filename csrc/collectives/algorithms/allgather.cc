@@ -5,6 +5,7 @@
 // With p = my ring position and block(q) = the block of rank ring[q]:
 //
 //   step s = 0..n-2:  send block(p-s) to next, recv block(p-1-s) from prev
+//   (all steps posted at once; a received block is forwarded slice by slice as it lands)
 //
 //        pos0        pos1        pos2
 //   s0:  b0 -> pos1  b1 -> pos2  b2 -> pos0      each block travels n-1 hops; what I
@@ -26,17 +27,20 @@ void copyOwnBlock(Exchange& ex, const CollArgs& args, size_t blockBytes) {
   }
 }
 
+// All steps are posted before one wait(): step 0 sends my block from sendbuf, and every
+// later step forwards the block of the step before as it lands (Exchange::sendForward).
 void ringRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), p = ex.ringPos(ex.rank());
   const size_t blockBytes = args.count * dtypeSize(args.dtype);
   const auto& ring = ex.ring();
-  copyOwnBlock(ex, args, blockBytes);
+  ex.send(ex.ringNext(), args.sendbuf, blockBytes);
   for (int s = 0; s < n - 1; ++s) {
-    const int sendRank = ring[mod(p - s, n)], recvRank = ring[mod(p - 1 - s, n)];
-    ex.send(ex.ringNext(), at(args.recvbuf, sendRank * blockBytes), blockBytes);
-    ex.recv(ex.ringPrev(), at(args.recvbuf, recvRank * blockBytes), blockBytes);
-    ex.wait();
+    const int recvRank = ring[mod(p - 1 - s, n)];
+    MsgRef landed = ex.recv(ex.ringPrev(), at(args.recvbuf, recvRank * blockBytes), blockBytes);
+    if (s < n - 2) ex.sendForward(ex.ringNext(), landed);
   }
+  copyOwnBlock(ex, args, blockBytes);
+  ex.wait();
 }
 
 void directRun(Exchange& ex, const CollArgs& args) {

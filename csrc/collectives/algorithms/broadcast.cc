@@ -2,8 +2,8 @@
 //
 // "chain" (large messages): the ranks in ring order starting at root form a chain
 // root = link 0 -> link 1 -> ... -> link n-1. The buffer is cut into chunks of
-// XCCL_CHAIN_CHUNK bytes and pipelined: a middle link, at step j, receives chunk j from its
-// prev while it forwards chunk j-1 (received at step j-1) to its next.
+// XCCL_CHAIN_CHUNK bytes and pipelined: a middle link receives chunk j from its prev while
+// it forwards the slices of chunk j-1 (and of j itself, as they land) to its next.
 //
 //   step:      0        1        2        3 ...
 //   root:    send c0..c(k-1) (all posted at once, the transport paces them)
@@ -54,11 +54,12 @@ void chainRun(Exchange& ex, const CollArgs& args) {
     ex.wait();
     return;
   }
-  for (size_t j = 0; j <= nchunks; ++j) {
-    if (j < nchunks) ex.recv(ex.ringPrev(), at(args.recvbuf, chunkOffset(j)), chunkSize(j));
-    if (j > 0) ex.send(ex.ringNext(), at(args.recvbuf, chunkOffset(j - 1)), chunkSize(j - 1));
-    ex.wait();
+  // Every chunk is posted at once and forwarded as it lands (Exchange::sendForward).
+  for (size_t j = 0; j < nchunks; ++j) {
+    ex.sendForward(ex.ringNext(),
+                   ex.recv(ex.ringPrev(), at(args.recvbuf, chunkOffset(j)), chunkSize(j)));
   }
+  ex.wait();
 }
 
 void directRun(Exchange& ex, const CollArgs& args) {

@@ -2,14 +2,14 @@
 //
 // "chain" (large messages): the ranks in ring order starting at root form a chain
 // root = link 0 <- link 1 <- ... <- link n-1, partial results flowing toward the root. The
-// buffer is cut into chunks of XCCL_CHAIN_CHUNK bytes and pipelined: a middle link, at step
-// j, recvReduces chunk j from its next (local operand: its sendbuf chunk j) into one of two
-// temporary chunk slots while it forwards chunk j-1 (reduced at step j-1) to its prev.
+// buffer is cut into chunks of XCCL_CHAIN_CHUNK bytes and pipelined: a middle link
+// recvReduces chunk j from its next (local operand: its sendbuf chunk j) into a temporary
+// and forwards it to its prev slice by slice as it is reduced, all chunks posted at once.
 //
 //   step:      0           1           2 ...
 //   last:    send c0..c(k-1) from sendbuf (all posted at once)
-//   link i:  rr c0->s0   rr c1->s1   rr c2->s0 ...     (rr = recvReduce, s = slot)
-//                        send s0     send s1   ...     to link i-1
+//   link i:  rr c0->t0   rr c1->t1   rr c2->t2 ...     (rr = recvReduce, t = temporary)
+//              send t0 (as it fills) send t1 ...      to link i-1
 //   root:    rr c0..c(k-1) straight into recvbuf (all posted at once)
 //
 // "direct" (small messages): one step, every rank sends its sendbuf to the root, which
@@ -50,17 +50,16 @@ void chainRun(Exchange& ex, const CollArgs& args) {
     ex.wait();
     return;
   }
-  const size_t slotBytes = std::min(chunkElems, args.count) * elemSize;
-  DeviceBuffer slots(ex.device(), 2 * slotBytes);
-  auto slot = [&](size_t j) { return slots.get() + (j % 2) * slotBytes; };
-  for (size_t j = 0; j <= nchunks; ++j) {
-    if (j < nchunks) {
-      ex.recvReduce(ex.ringNext(), slot(j), at(args.sendbuf, chunkFirst(j) * elemSize),
-                    chunkCount(j), args.dtype, args.op);
-    }
-    if (j > 0) ex.send(ex.ringPrev(), slot(j - 1), chunkCount(j - 1) * elemSize);
-    ex.wait();
+  // Every chunk is posted at once; its partial lands in a temporary the size of the buffer
+  // and is forwarded toward the root as it is reduced (Exchange::sendForward).
+  DeviceBuffer partials(ex.device(), args.count * elemSize);
+  for (size_t j = 0; j < nchunks; ++j) {
+    const size_t offset = chunkFirst(j) * elemSize;
+    ex.sendForward(ex.ringPrev(),
+                   ex.recvReduce(ex.ringNext(), partials.get() + offset,
+                                 at(args.sendbuf, offset), chunkCount(j), args.dtype, args.op));
   }
+  ex.wait();
 }
 
 void directRun(Exchange& ex, const CollArgs& args) {

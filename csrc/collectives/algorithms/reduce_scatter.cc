@@ -10,12 +10,14 @@
 // The partial I send at step s is the one I reduced at step s-1 (step 0 sends my plain
 // input), so block(q) starts at position q+1 and is complete when it reaches position q
 // at the last step, s = n-2, where it is reduced straight into recvbuf. Partials of the
-// steps before live in two temporary slots (slot s % 2), so sendbuf is never written.
+// steps before live in temporary slots (slot s, n-2 blocks), so sendbuf is never written.
+// All steps are posted at once and each partial is forwarded slice by slice as it is
+// reduced (Exchange::sendForward), so the steps overlap.
 //
 //        pos0              pos1              pos2           (n = 3)
 //   s0:  b2 -> pos1        b0 -> pos2        b1 -> pos0     rr = recvReduce
 //        rr b1 into slot0  rr b2 into slot0  rr b0 into slot0
-//   s1:  slot0 (b1)->pos1  slot0 (b2)->pos2  slot0 (b0)->pos0
+//   s1:  slot0 (b1)->pos1  slot0 (b2)->pos2  slot0 (b0)->pos0   (as slot0 fills)
 //        rr b0 -> recvbuf  rr b1 -> recvbuf  rr b2 -> recvbuf
 //
 // "direct" (small messages): one step, I send block j of sendbuf to rank j and receive
@@ -31,17 +33,16 @@ void ringRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), p = ex.ringPos(ex.rank());
   const size_t blockBytes = args.count * dtypeSize(args.dtype);
   const auto& ring = ex.ring();
-  DeviceBuffer slots(ex.device(), n > 2 ? 2 * blockBytes : 0);
-  auto slot = [&](int s) { return slots.get() + (s % 2) * blockBytes; };
+  DeviceBuffer slots(ex.device(), n > 2 ? (n - 2) * blockBytes : 0);
+  ex.send(ex.ringNext(), at(args.sendbuf, ring[mod(p - 1, n)] * blockBytes), blockBytes);
   for (int s = 0; s < n - 1; ++s) {
-    const int sendRank = ring[mod(p - 1 - s, n)], recvRank = ring[mod(p - 2 - s, n)];
-    const void* partial = s == 0 ? at(args.sendbuf, sendRank * blockBytes) : slot(s - 1);
-    void* dst = s == n - 2 ? args.recvbuf : slot(s);
-    ex.send(ex.ringNext(), partial, blockBytes);
-    ex.recvReduce(ex.ringPrev(), dst, at(args.sendbuf, recvRank * blockBytes), args.count,
-                  args.dtype, args.op);
-    ex.wait();
+    const int recvRank = ring[mod(p - 2 - s, n)];
+    void* dst = s == n - 2 ? args.recvbuf : slots.get() + s * blockBytes;
+    MsgRef partial = ex.recvReduce(ex.ringPrev(), dst, at(args.sendbuf, recvRank * blockBytes),
+                                   args.count, args.dtype, args.op);
+    if (s < n - 2) ex.sendForward(ex.ringNext(), partial);
   }
+  ex.wait();
 }
 
 void directRun(Exchange& ex, const CollArgs& args) {
