@@ -161,6 +161,56 @@ TEST(CollErrors, UnsupportedOpDtypeAndBadArgumentsAreInvalidArgument) {
   });
 }
 
+// A send to oneself inside a group is copied into the matching receive, alongside real
+// peers' messages; outside a group, or unmatched, it is refused at the call.
+TEST(CollGroups, SelfSendAndReceiveInsideAGroup) {
+  const int n = 3;
+  const size_t count = 777;
+  ThreadWorld world(n);
+  world.run([&](int rank, xcclComm_t comm) {
+    const xcclDataType_t t = xcclFloat64;
+    Buf mine(t, count), toSelf(t, count), fromPrev(t, count);
+    for (size_t i = 0; i < count; ++i) mine.set(i, pattern(rank, i, t));
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    check(xcclGroupStart());
+    check(xcclSend(mine.data(), count, t, rank, comm, nullptr), comm);
+    check(xcclSend(mine.data(), count, t, next, comm, nullptr), comm);
+    check(xcclRecv(fromPrev.data(), count, t, prev, comm, nullptr), comm);
+    check(xcclRecv(toSelf.data(), count, t, rank, comm, nullptr), comm);
+    check(xcclGroupEnd());
+    waitAll(comm);
+    expectMatches(toSelf, 0, count, [&](size_t i) { return pattern(rank, i, t); }, "self");
+    expectMatches(fromPrev, 0, count, [&](size_t i) { return pattern(prev, i, t); }, "prev");
+  });
+}
+
+TEST(CollErrors, SelfPointToPointOutsideAGroupOrUnmatchedIsRefusedAtTheCall) {
+  ThreadWorld world(2);
+  world.run([&](int rank, xcclComm_t comm) {
+    Buf a(xcclInt32, 8), b(xcclInt32, 8);
+    EXPECT_EQ(xcclRecv(a.data(), 8, xcclInt32, rank, comm, nullptr), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("outside a group"), std::string::npos)
+        << xcclGetLastError(nullptr);
+    // Sizes differ: refused at xcclGroupEnd, before anything is enqueued.
+    check(xcclGroupStart());
+    check(xcclSend(a.data(), 8, xcclInt32, rank, comm, nullptr), comm);
+    check(xcclRecv(b.data(), 4, xcclInt32, rank, comm, nullptr), comm);
+    EXPECT_EQ(xcclGroupEnd(), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("itself"), std::string::npos);
+    // alltoallv whose own block differs in size: refused at the call, not in the progress
+    // thread (which would fail the communicator for every rank).
+    size_t sc[2] = {1, 1}, sd[2] = {0, 1}, rc[2] = {1, 1}, rd[2] = {0, 1};
+    rc[rank] = 2;
+    EXPECT_EQ(xcclAllToAllv(a.data(), sc, sd, b.data(), rc, rd, xcclInt32, comm, nullptr),
+              xcclInvalidArgument);
+    xcclResult_t async = xcclSuccess;
+    check(xcclCommGetAsyncError(comm, &async), comm);
+    EXPECT_EQ(async, xcclSuccess);
+    check(xcclBarrier(comm, nullptr), comm);
+    waitAll(comm);
+  });
+}
+
 // ---- ranks that disagree fail with an error on every rank, well before the timeout ----
 
 void expectBothFail(const char* algo, const std::function<xcclResult_t(int, xcclComm_t)>& issue,

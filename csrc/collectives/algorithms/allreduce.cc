@@ -105,7 +105,7 @@ void ringRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), p = ex.ringPos(ex.rank());
   const Blocks blocks{args.count, n};
   Ring ring{ex, args, blocks, dtypeSize(args.dtype),
-            static_cast<size_t>(std::max<int64_t>(1, xcclParamRingSlice()))};
+            pieceBytesKnob(xcclParamRingSlice())};
   // Reduce-scatter, step s: send block p-1-s (step 0 from sendbuf, later the block reduced
   // in step s-1), recvReduce block p-2-s.
   ring.send(args.sendbuf, mod(p - 1, n));

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "algorithm.h"
@@ -67,16 +68,20 @@ void forEachPiece(size_t elems, size_t elemSize, size_t pieceBytes, Fn&& fn) {
 // Number of pieces forEachPiece makes.
 inline size_t pieceCount(size_t elems, size_t elemSize, size_t pieceBytes) {
   size_t per = std::max<size_t>(1, pieceBytes / elemSize);
-  return (elems + per - 1) / per;
+  return elems == 0 ? 0 : (elems - 1) / per + 1;  // no overflow when per is huge
 }
 
 // Knobs shared by several schedules.
 XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10)          // broadcast/reduce chain chunk
 XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20)   // cap on a direct fold's temporary
 
-inline size_t chainChunkBytes() {
-  return static_cast<size_t>(std::max<int64_t>(1, xcclParamChainChunk()));
+// A piece-size knob: a positive value is bytes per message (at least one element is always
+// sent); 0 or less means no cutting, one message for the whole block.
+inline size_t pieceBytesKnob(int64_t value) {
+  return value <= 0 ? SIZE_MAX : static_cast<size_t>(value);
 }
+
+inline size_t chainChunkBytes() { return pieceBytesKnob(xcclParamChainChunk()); }
 // Whether a "direct" reduction may hold one `bytes` buffer per rank in a temporary; the
 // direct algorithms decline (and the selector falls back) when it would not.
 inline bool directTempFits(size_t bytes, int nranks) {
@@ -94,7 +99,6 @@ std::vector<Algorithm> allgatherAlgorithms();      // allgather.cc
 std::vector<Algorithm> reduceScatterAlgorithms();  // reduce_scatter.cc
 std::vector<Algorithm> alltoallAlgorithms();       // alltoall.cc
 std::vector<Algorithm> gatherScatterAlgorithms();  // gather_scatter.cc
-std::vector<Algorithm> p2pAlgorithms();            // p2p.cc
 std::vector<Algorithm> barrierAlgorithms();        // barrier.cc
 
 // The nranks inputs of a fold in rank order: dst = ((in[0] op in[1]) op in[2]) ..., so every

@@ -20,7 +20,7 @@
 //   reduce          direct                  chain       XCCL_REDUCE_DIRECT_MAX
 //   allgather       direct                  ring        XCCL_ALLGATHER_DIRECT_MAX (output)
 //   reducescatter   direct                  ring        XCCL_REDUCESCATTER_DIRECT_MAX (input)
-//   alltoall(v)     pairwise; gather, scatter: direct; send/recv/recvany: p2p;
+//   alltoall(v)     pairwise; gather, scatter: direct;
 //   barrier: dissemination
 #include <algorithm>
 #include <cctype>
@@ -145,9 +145,10 @@ std::string describe(const CollArgs& args, const Exchange& ex) {
 
 // ---- validation ----
 
-void validate(const CollArgs& args, const Exchange& ex) {
+}  // namespace
+
+void validateCollArgs(const CollArgs& args, int rank, int n) {
   const char* coll = collName(args.type);
-  const int n = ex.nranks();
   XCCL_CHECK_ARG(args.dtype >= 0 && args.dtype < xcclNumTypes, coll, ": invalid datatype ",
                  static_cast<int>(args.dtype));
   if (isReduction(args.type)) {
@@ -163,8 +164,6 @@ void validate(const CollArgs& args, const Exchange& ex) {
   if (args.type == CollType::kSend || args.type == CollType::kRecv) {
     XCCL_CHECK_ARG(args.root >= 0 && args.root < n, coll, ": peer ", args.root,
                    " is out of range for ", n, " ranks");
-    XCCL_CHECK_ARG(args.root != ex.rank(), coll, ": peer ", args.root,
-                   " is this rank (self send/recv is not supported outside a group)");
   }
   if (args.type == CollType::kRecvAny) {
     XCCL_CHECK_ARG(n > 1, coll, ": there is no other rank to receive from (1 rank)");
@@ -182,15 +181,15 @@ void validate(const CollArgs& args, const Exchange& ex) {
     size_t sendTotal = 0, recvTotal = 0;
     for (int j = 0; j < n; ++j) sendTotal += args.sendcounts[j];
     for (int j = 0; j < n; ++j) recvTotal += args.recvcounts[j];
-    XCCL_CHECK_ARG(args.sendcounts[ex.rank()] == args.recvcounts[ex.rank()], coll, ": rank ",
-                   ex.rank(), " sends ", args.sendcounts[ex.rank()],
-                   " elements to itself but expects to receive ", args.recvcounts[ex.rank()]);
+    XCCL_CHECK_ARG(args.sendcounts[rank] == args.recvcounts[rank], coll, ": rank ",
+                   rank, " sends ", args.sendcounts[rank],
+                   " elements to itself but expects to receive ", args.recvcounts[rank]);
     XCCL_CHECK_ARG(sendTotal == 0 || args.sendbuf != nullptr, coll, ": sendbuff is NULL");
     XCCL_CHECK_ARG(recvTotal == 0 || args.recvbuf != nullptr, coll, ": recvbuff is NULL");
     return;
   }
   if (args.count == 0) return;
-  const bool root = args.root == ex.rank();
+  const bool root = args.root == rank;
   bool needSend = true, needRecv = true;
   switch (args.type) {
     case CollType::kBroadcast:
@@ -219,6 +218,8 @@ void validate(const CollArgs& args, const Exchange& ex) {
   XCCL_CHECK_ARG(!needRecv || args.recvbuf != nullptr, coll, ": recvbuff is NULL with count ",
                  args.count);
 }
+
+namespace {
 
 // ---- one rank: every collective is a local copy ----
 
@@ -261,7 +262,7 @@ const std::vector<Algorithm>& allAlgorithms() {
     for (auto list : {algo::allreduceAlgorithms, algo::broadcastAlgorithms, algo::reduceAlgorithms,
                       algo::allgatherAlgorithms, algo::reduceScatterAlgorithms,
                       algo::alltoallAlgorithms, algo::gatherScatterAlgorithms,
-                      algo::p2pAlgorithms, algo::barrierAlgorithms}) {
+                      algo::barrierAlgorithms}) {
       for (const Algorithm& a : list()) v.push_back(a);
     }
     return v;
@@ -291,7 +292,7 @@ const Algorithm& selectAlgorithm(const CollArgs& args, const Exchange& ex) {
 }
 
 void runCollective(Exchange& ex, const CollArgs& args) {
-  validate(args, ex);
+  validateCollArgs(args, ex.rank(), ex.nranks());
   const bool handshake = isPointToPoint(args.type) || args.type == CollType::kBarrier ||
                          args.type == CollType::kAllToAllv;
   if (args.count == 0 && !handshake) return;  // nothing to move on any rank

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../algorithms/algorithm.h"
 #include "../bootstrap/bootstrap.h"
 #include "../common/error.h"
 #include "../common/log.h"
@@ -57,7 +58,29 @@ bool isP2P(CollType t) {
   return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
 }
 
+// Sends to and receives from oneself pair up in issue order within one group; their
+// counts must match so the progress thread can copy each send into its receive.
+void checkSelfP2P(const Comm& comm, const std::vector<CollArgs>& p2p) {
+  std::vector<size_t> sends, recvs;
+  for (const CollArgs& a : p2p) {
+    if (a.root != comm.rank() || a.type == CollType::kRecvAny) continue;
+    (a.type == CollType::kSend ? sends : recvs).push_back(a.count * dtypeSize(a.dtype));
+  }
+  XCCL_CHECK_ARG(sends.size() == recvs.size(), "xcclGroupEnd: rank ", comm.rank(), " posts ",
+                 sends.size(), " send(s) to itself but ", recvs.size(), " receive(s) from itself");
+  for (size_t i = 0; i < sends.size(); ++i) {
+    XCCL_CHECK_ARG(sends[i] == recvs[i], "xcclGroupEnd: rank ", comm.rank(), ": send #", i,
+                   " to itself has ", sends[i], " bytes but the matching receive has ", recvs[i]);
+  }
+}
+
 void submit(Comm& comm, CollArgs args) {
+  validateCollArgs(args, comm.rank(), comm.nranks());
+  if (isP2P(args.type) && args.type != CollType::kRecvAny) {
+    XCCL_CHECK_ARG(args.root != comm.rank() || tlsGroupDepth > 0, collName(args.type), ": rank ",
+                   args.root, " sends to or receives from itself outside a group (it would wait "
+                   "for itself); put the send and the receive in one xcclGroupStart/End");
+  }
   if (tlsGroupDepth > 0) {
     tlsGroupOps.emplace_back(&comm, std::move(args));
     return;
@@ -454,7 +477,6 @@ xcclResult_t xcclSend(const void* sendbuff, size_t count, xcclDataType_t datatyp
     Comm& c = commOf(comm, "xcclSend");
     checkType(datatype, "xcclSend");
     checkRank(peer, c, "peer", "xcclSend");
-    XCCL_CHECK_ARG(peer != c.rank(), "xcclSend: rank ", peer, " cannot send to itself");
     checkBuf(sendbuff, count, "sendbuff", "xcclSend");
     CollArgs a = makeArgs(CollType::kSend, sendbuff, nullptr, count, datatype);
     a.root = peer;
@@ -468,7 +490,6 @@ xcclResult_t xcclRecv(void* recvbuff, size_t count, xcclDataType_t datatype, int
     Comm& c = commOf(comm, "xcclRecv");
     checkType(datatype, "xcclRecv");
     checkRank(peer, c, "peer", "xcclRecv");
-    XCCL_CHECK_ARG(peer != c.rank(), "xcclRecv: rank ", peer, " cannot receive from itself");
     checkBuf(recvbuff, count, "recvbuff", "xcclRecv");
     CollArgs a = makeArgs(CollType::kRecv, nullptr, recvbuff, count, datatype);
     a.root = peer;
@@ -514,6 +535,7 @@ xcclResult_t xcclGroupEnd(void) {
       (isP2P(args.type) ? it->second.p2p : it->second.colls).push_back(std::move(args));
     }
     tlsGroupOps.clear();
+    for (auto& [comm, op] : perComm) checkSelfP2P(*comm, op.p2p);
     for (auto& [comm, op] : perComm) comm->enqueue(std::move(op));
   });
 }

@@ -213,7 +213,19 @@ void Comm::runOp(OpEntry& op) {
   }
   if (!op.p2p.empty()) {
     exchange_->beginOp(op.p2p.front().type, 0, Deadline::after(timeoutMs_));
-    for (const CollArgs& args : op.p2p) postP2P(*exchange_, args);
+    std::vector<const CollArgs*> selfSends, selfRecvs;  // paired in order (checked at GroupEnd)
+    for (const CollArgs& args : op.p2p) {
+      if (args.root == rank_ && args.type != CollType::kRecvAny) {
+        (args.type == CollType::kSend ? selfSends : selfRecvs).push_back(&args);
+      } else {
+        postP2P(*exchange_, args);
+      }
+    }
+    for (size_t i = 0; i < selfSends.size(); ++i) {
+      device_->copy(selfRecvs[i]->recvbuf, selfSends[i]->sendbuf,
+                    selfSends[i]->count * dtypeSize(selfSends[i]->dtype),
+                    CopyKind::kDeviceToDevice);
+    }
     exchange_->wait();
   }
 }

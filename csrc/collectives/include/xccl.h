@@ -127,7 +127,10 @@ XCCL_API xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int ra
                                             const xcclConfig_t* config);
 /* Waits for enqueued work (up to the comm's timeout), then frees everything. */
 XCCL_API xcclResult_t xcclCommDestroy(xcclComm_t comm);
-/* Stops at once: pending and future operations fail, peers see the closure. */
+/* Stops at once: pending operations fail, peers see the closure (and fail fast instead
+ * of waiting for their timeout), and the communicator is freed, like ncclCommAbort: the
+ * handle must not be used afterwards, so callers that share it across threads must
+ * serialise the abort with their other uses. */
 XCCL_API xcclResult_t xcclCommAbort(xcclComm_t comm);
 /* xcclSuccess, or the sticky error that failed the communicator. */
 XCCL_API xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError);
@@ -165,11 +168,12 @@ XCCL_API xcclResult_t xcclReduceScatter(const void* sendbuff, void* recvbuff, si
                                         xcclDataType_t datatype, xcclRedOp_t op,
                                         xcclComm_t comm, xcclStream_t stream);
 /* Block i of sendbuff (count elements) goes to rank i; block j of recvbuff
- * comes from rank j. */
+ * comes from rank j. In place (sendbuff == recvbuff) is rejected, as in NCCL. */
 XCCL_API xcclResult_t xcclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                                    xcclDataType_t datatype, xcclComm_t comm,
                                    xcclStream_t stream);
-/* Uneven all-to-all; counts and displacements in elements, one per rank. */
+/* Uneven all-to-all; counts and displacements in elements, one per rank.
+ * sendcounts[rank] must equal recvcounts[rank]; in place is rejected. */
 XCCL_API xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts,
                                     const size_t* sdispls, void* recvbuff,
                                     const size_t* recvcounts, const size_t* rdispls,
@@ -183,6 +187,9 @@ XCCL_API xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t co
 XCCL_API xcclResult_t xcclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                   xcclDataType_t datatype, int root, xcclComm_t comm,
                                   xcclStream_t stream);
+/* Point-to-point messages between two ranks match in issue order (there are no tags).
+ * Sending to or receiving from oneself is allowed inside a group, where the send is
+ * copied into the matching receive (same order, same size). */
 XCCL_API xcclResult_t xcclSend(const void* sendbuff, size_t count, xcclDataType_t datatype,
                                int peer, xcclComm_t comm, xcclStream_t stream);
 XCCL_API xcclResult_t xcclRecv(void* recvbuff, size_t count, xcclDataType_t datatype, int peer,
