@@ -19,7 +19,15 @@
 
 namespace xccl {
 
-enum class CopyKind { kDeviceToDevice, kDeviceToStaging, kStagingToDevice };
+enum class CopyKind {
+  kDeviceToDevice,
+  kDeviceToStaging,
+  kStagingToDevice,
+  // Like kStagingToDevice, for a destination that will not be read again soon (the final
+  // copy of a large operation): the device may bypass its caches (streaming stores), which
+  // saves the read-for-ownership of every written line.
+  kStagingToDeviceNoReuse,
+};
 
 class Device {
  public:

@@ -178,6 +178,25 @@ TEST(HostDevice, CopyAndAllocation) {
   dev.free(p);
 }
 
+TEST(HostDevice, StreamingCopyMatchesMemcpyAtEveryAlignmentAndSize) {
+  auto& dev = getDevice(-1);
+  std::vector<unsigned char> src(70000), dst(70100);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t dstOff : {0, 1, 8, 15, 16, 33}) {
+    for (size_t srcOff : {0, 3, 16}) {
+      for (size_t n : {0, 1, 63, 4095, 4096, 4097, 65536 + 17}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        dev.copy(dst.data() + dstOff, src.data() + srcOff, n,
+                 xccl::CopyKind::kStagingToDeviceNoReuse);
+        ASSERT_EQ(0, std::memcmp(dst.data() + dstOff, src.data() + srcOff, n))
+            << "dstOff " << dstOff << " srcOff " << srcOff << " n " << n;
+        for (size_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xEE) << "wrote before dst";
+        ASSERT_EQ(dst[dstOff + n], 0xEE) << "wrote past the end, n " << n;
+      }
+    }
+  }
+}
+
 TEST(HostDevice, UnknownDeviceKindIsAClearError) {
   setenv("XCCL_DEVICE", "quantum", 1);
   try {

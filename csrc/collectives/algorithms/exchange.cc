@@ -103,7 +103,8 @@ struct PendingMsg {
   size_t esize = 1;
   uint64_t seq = 0;
   int* anyPeerOut = nullptr;
-  MsgRef after;  // sendForward: may send only what this receive has landed
+  MsgRef after;            // sendForward: may send only what this receive has landed
+  bool forwarded = false;  // a sendForward reads this receive's dst again
 };
 
 Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*> conns,
@@ -130,8 +131,10 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
 
 Exchange::~Exchange() = default;
 
-void Exchange::beginOp(CollType type, uint64_t collSeq, const Deadline& deadline) {
+void Exchange::beginOp(CollType type, uint64_t collSeq, const Deadline& deadline,
+                       bool streamingStores) {
   XCCL_CHECK(pending_ == 0, "beginOp with ", pending_, " messages still posted");
+  streamingStores_ = streamingStores;
   type_ = type;
   collSeq_ = collSeq;
   deadline_ = deadline;
@@ -196,6 +199,7 @@ void Exchange::sendForward(int peer, const MsgRef& source) {
   XCCL_CHECK(source && source->kind != MsgKind::kSend, "sendForward needs a posted receive");
   send(peer, source->dst, source->bytes);
   sends_[peer].back()->after = source;
+  source->forwarded = true;
 }
 
 void Exchange::recvAny(void* dst, size_t bytes, int* peerOut) {
@@ -302,7 +306,9 @@ bool Exchange::progressRecv(int peer) {
     if (m.kind == MsgKind::kRecvReduce) {
       device_.reduce(m.dst + m.done, m.local + m.done, win, n / m.esize, m.dtype, m.op);
     } else {
-      device_.copy(m.dst + m.done, win, n, CopyKind::kStagingToDevice);
+      device_.copy(m.dst + m.done, win, n,
+                   streamingStores_ && !m.forwarded ? CopyKind::kStagingToDeviceNoReuse
+                                                    : CopyKind::kStagingToDevice);
     }
     c->consumeRecv(n);
     m.done += n;

@@ -80,8 +80,11 @@ class Exchange {
   int ringNext() const { return ring_[(ringPos_[rank_] + 1) % nranks_]; }
   int ringPrev() const { return ring_[(ringPos_[rank_] + nranks_ - 1) % nranks_]; }
 
-  // Called by the communicator before each operation.
-  void beginOp(CollType type, uint64_t collSeq, const Deadline& deadline);
+  // Called by the communicator before each operation. streamingStores: the operation's
+  // output is too large to stay in cache, so receives that nothing forwards are written
+  // with CopyKind::kStagingToDeviceNoReuse.
+  void beginOp(CollType type, uint64_t collSeq, const Deadline& deadline,
+               bool streamingStores = false);
 
   // Posts a message of `bytes` bytes from device buffer src to peer.
   void send(int peer, const void* src, size_t bytes);
@@ -120,6 +123,7 @@ class Exchange {
   std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per-peer point-to-point message counters
   size_t pending_ = 0;
   size_t sliceBytes_;
+  bool streamingStores_ = false;
   int anyStart_ = 0;
 };
 

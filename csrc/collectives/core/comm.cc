@@ -12,6 +12,9 @@ namespace xccl {
 
 XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30 * 60 * 1000)
 XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50)
+// Operations whose output reaches this many bytes write their final copies with streaming
+// stores (the output cannot stay in cache anyway). -1 disables.
+XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20)
 // Polls of a waiting caller before it blocks. 0 by default: with ranks x 2 threads on few
 // cores a spinning caller takes the core its own progress thread needs (measured in
 // BENCHMARKS.md); raise it only when cores outnumber ranks.
@@ -202,11 +205,27 @@ static void postP2P(Exchange& ex, const CollArgs& a) {
   }
 }
 
+// Bytes an operation writes on this rank, to decide on streaming stores.
+static size_t outputBytes(const CollArgs& a, int nranks) {
+  size_t bytes = a.count * dtypeSize(a.dtype);
+  switch (a.type) {
+    case CollType::kAllGather:
+    case CollType::kAllToAll:
+    case CollType::kGather:
+      return bytes * nranks;
+    default:
+      return bytes;
+  }
+}
+
 void Comm::runOp(OpEntry& op) {
   device_->streamWait(op.streamToken);
+  const int64_t streamingFrom = xcclParamStreamingStoreBytes();
   for (const CollArgs& args : op.colls) {
     ++collSeq_;
-    exchange_->beginOp(args.type, collSeq_, Deadline::after(timeoutMs_));
+    const bool streaming =
+        streamingFrom >= 0 && outputBytes(args, nranks_) >= static_cast<size_t>(streamingFrom);
+    exchange_->beginOp(args.type, collSeq_, Deadline::after(timeoutMs_), streaming);
     XCCL_TRACE(COLL, collName(args.type), " #", collSeq_, " count ", args.count, " ",
                xcclTypeName(args.dtype), " ", xcclOpName(args.op), " root ", args.root);
     runCollective(*exchange_, args);

@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "collectives/common/error.h"
 #include "device/dtype.h"
@@ -138,8 +141,45 @@ void* HostDevice::alloc(size_t bytes) {
 
 void HostDevice::free(void* ptr) { std::free(ptr); }
 
-void HostDevice::copy(void* dst, const void* src, size_t bytes, CopyKind) {
-  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+namespace {
+
+// memcpy with non-temporal stores: written lines go to memory without first being read
+// into the cache (no read-for-ownership) and without evicting the caller's working set.
+void streamingCopy(char* dst, const char* src, size_t n) {
+#if defined(__SSE2__)
+  size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  head = head > n ? n : head;
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();  // streaming stores are weakly ordered: publish them before returning
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+}  // namespace
+
+void HostDevice::copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (dst == src || bytes == 0) return;
+  if (kind == CopyKind::kStagingToDeviceNoReuse && bytes >= 4096) {
+    streamingCopy(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
 }
 
 void HostDevice::reduce(void* dst, const void* a, const void* b, size_t count,
