@@ -406,8 +406,9 @@ void Exchange::wait() {
         throw InvalidUsage(strCat("rank ", rank_, ": communicator aborted during ",
                                   collName(type_)));
       }
-      // Reading the clock costs more than a poll of the rings: only every 64 idle polls.
-      if (backoff.count() % 64 != 0) continue;
+      // Reading the clock costs more than a poll of the rings: only every 64 idle polls
+      // (and after every nap, which is long anyway).
+      if (backoff.count() % 64 != 0 && !backoff.napping()) continue;
       auto now = Clock::now();
       if (now - lastCheck >= checkEvery) {
         lastCheck = now;

@@ -32,16 +32,26 @@ class Deadline {
   int64_t ms_ = -1;
 };
 
-// Backoff for a polling loop: spin a while, then yield, then sleep in short naps, so that
-// ranks oversubscribing few cores still make progress. reset() after progress was made.
+// Backoff for a polling loop: spin a while, then yield, and only after a whole millisecond
+// without progress sleep in short naps, so that ranks oversubscribing few cores still make
+// progress and long waits do not burn a core. The nap threshold is time, not a count of
+// polls: a yield with nothing else to run returns in well under a microsecond, and a
+// count-based threshold let naps (inflated to ~70 us by timer slack) land inside active
+// transfers. reset() after progress was made.
 class Backoff {
  public:
   void idle();
-  void reset() { n_ = 0; }
+  void reset() {
+    n_ = 0;
+    napping_ = false;
+  }
   uint64_t count() const { return n_; }
+  bool napping() const { return napping_; }
 
  private:
   uint64_t n_ = 0;
+  bool napping_ = false;
+  Clock::time_point idleSince_{};
 };
 
 }  // namespace xccl

@@ -169,12 +169,20 @@ void Backoff::idle() {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
-  } else if (n_ < 2048) {
-    sched_yield();
-  } else {
-    struct timespec ts = {0, n_ < 20000 ? 20000 : 200000};  // 20 us, later 200 us
-    nanosleep(&ts, nullptr);
+    return;
   }
+  if (n_ == 64) idleSince_ = Clock::now();
+  if (!napping_) {
+    // Until 1 ms without progress has passed: yield (the clock is read every 256 polls).
+    if (n_ % 256 != 0 || Clock::now() - idleSince_ < std::chrono::milliseconds(1)) {
+      sched_yield();
+      return;
+    }
+    napping_ = true;
+  }
+  const bool longIdle = Clock::now() - idleSince_ > std::chrono::milliseconds(20);
+  struct timespec ts = {0, longIdle ? 200000 : 20000};  // 20 us naps, 200 us after 20 ms
+  nanosleep(&ts, nullptr);
 }
 
 }  // namespace xccl
