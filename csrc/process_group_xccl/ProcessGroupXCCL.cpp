@@ -380,7 +380,12 @@ void WorkXCCL::abort() {
   complete(distError("xccl " + std::string(opName_) + ": aborted"));
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> WorkXCCL::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> WorkXCCL::getFuture() {
+  if (!futureWanted_.exchange(true) && !done_.load()) {
+    if (auto q = completionQueue_.lock()) q->wake();
+  }
+  return future_;
+}
 
 // ---------------------------------------------------------------- ProcessGroupXCCL
 
@@ -416,25 +421,24 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   completion_ = std::thread([this] { completionLoop(); });
 }
 
-ProcessGroupXCCL::~ProcessGroupXCCL() {
+void ProcessGroupXCCL::stopCompletionThread() {
   {
-    std::lock_guard<std::mutex> g(qmu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> g(cq_->mu);
+    cq_->stop = true;
   }
-  qcv_.notify_all();
+  cq_->cv.notify_all();
   if (completion_.joinable()) completion_.join();
+}
+
+ProcessGroupXCCL::~ProcessGroupXCCL() {
+  stopCompletionThread();
   state_->close("process group destroyed", /*destroy=*/true);
 }
 
 void ProcessGroupXCCL::shutdown() {
   // Drain: the completion thread finishes what was enqueued (bounded by the op timeouts),
   // then the communicator is destroyed.
-  {
-    std::lock_guard<std::mutex> g(qmu_);
-    stop_ = true;
-  }
-  qcv_.notify_all();
-  if (completion_.joinable()) completion_.join();
+  stopCompletionThread();
   state_->close("process group was shut down", /*destroy=*/true);
 }
 
@@ -496,24 +500,63 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     }
     work->setEvent(ev);
   }
-  {
-    std::lock_guard<std::mutex> g(qmu_);
-    queue_.push_back(work);
-  }
-  qcv_.notify_one();
+  enqueueForCompletion({work});
   return work;
+}
+
+void ProcessGroupXCCL::enqueueForCompletion(
+    const std::vector<c10::intrusive_ptr<WorkXCCL>>& works) {
+  std::lock_guard<std::mutex> g(cq_->mu);
+  // Keep the queue short without waking anyone: drop what callers already completed.
+  while (!cq_->works.empty() && cq_->works.front()->done()) cq_->works.pop_front();
+  for (const auto& w : works) {
+    w->setCompletionQueue(cq_);
+    cq_->works.push_back(w);
+  }
+}
+
+// Takes the next Work that needs a blocking completion: one whose future was requested,
+// one that failed or passed its deadline, or any at shutdown. Works that finished are
+// completed and dropped by a non-blocking query on the way. Returns null at shutdown.
+c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
+  std::unique_lock<std::mutex> lk(cq_->mu);
+  for (;;) {
+    auto& q = cq_->works;
+    while (!q.empty() && q.front()->done()) q.pop_front();
+    if (q.empty()) {
+      if (cq_->stop) return nullptr;
+      cq_->urgent = false;
+      cq_->cv.wait_for(lk, std::chrono::milliseconds(kSweepMs));
+      continue;
+    }
+    c10::intrusive_ptr<WorkXCCL> w = q.front();
+    if (cq_->stop || w->futureWanted() ||
+        std::chrono::steady_clock::now() >= w->deadline()) {
+      q.pop_front();
+      return w;
+    }
+    xcclResult_t r = xcclInProgress;
+    lk.unlock();
+    bool open = w->hasEvent() && state_->use([&](xcclComm_t) { r = xcclEventQuery(&w->event()); });
+    if (open && r == xcclSuccess) {
+      w->complete(nullptr);  // unlocked: future callbacks may launch collectives
+      lk.lock();
+      continue;
+    }
+    lk.lock();
+    if (!open || r != xcclInProgress) {  // failed: the blocking path reports and handles it
+      if (!q.empty() && q.front() == w) q.pop_front();
+      return w;
+    }
+    cq_->cv.wait_for(lk, std::chrono::milliseconds(kSweepMs), [&] { return cq_->stop || cq_->urgent; });
+    cq_->urgent = false;
+  }
 }
 
 void ProcessGroupXCCL::completionLoop() {
   for (;;) {
-    c10::intrusive_ptr<WorkXCCL> w;
-    {
-      std::unique_lock<std::mutex> lk(qmu_);
-      qcv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop_ and drained
-      w = queue_.front();
-      queue_.pop_front();
-    }
+    c10::intrusive_ptr<WorkXCCL> w = nextWorkToComplete();
+    if (!w) return;
     while (!w->done()) {
       xcclResult_t r = xcclInProgress;
       std::string detail;
@@ -615,12 +658,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
     for (auto& w : works) w->setEvent(ev);
     end->setEvent(ev);
   }
-  {
-    std::lock_guard<std::mutex> g(qmu_);
-    for (auto& w : works) queue_.push_back(w);
-    queue_.push_back(end);
-  }
-  qcv_.notify_one();
+  works.push_back(end);
+  enqueueForCompletion(works);
   return end;
 }
 
