@@ -28,36 +28,26 @@ void chainRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks();
   const int link = mod(ex.ringPos(ex.rank()) - ex.ringPos(args.root), n);
   const size_t elemSize = dtypeSize(args.dtype);
-  const size_t chunkBytes = chainChunkBytes();
-  const size_t nchunks = pieceCount(args.count, elemSize, chunkBytes);
-  const size_t chunkElems = std::max<size_t>(1, chunkBytes / elemSize);
-  auto chunkOffset = [&](size_t j) { return j * chunkElems * elemSize; };
-  auto chunkSize = [&](size_t j) {
-    return std::min(chunkElems, args.count - j * chunkElems) * elemSize;
+  // Calls fn(byte offset, bytes) for every chunk.
+  auto eachChunk = [&](auto&& fn) {
+    forEachPiece(args.count, elemSize, chainChunkBytes(),
+                 [&](size_t first, size_t elems) { fn(first * elemSize, elems * elemSize); });
   };
-
   if (link == 0) {
-    for (size_t j = 0; j < nchunks; ++j) {
-      ex.send(ex.ringNext(), at(args.sendbuf, chunkOffset(j)), chunkSize(j));
-    }
+    eachChunk(
+        [&](size_t off, size_t bytes) { ex.send(ex.ringNext(), at(args.sendbuf, off), bytes); });
     if (args.recvbuf != args.sendbuf) {
       ex.device().copy(args.recvbuf, args.sendbuf, args.count * elemSize,
                        CopyKind::kDeviceToDevice);
     }
-    ex.wait();
-    return;
-  }
-  if (link == n - 1) {
-    for (size_t j = 0; j < nchunks; ++j) {
-      ex.recv(ex.ringPrev(), at(args.recvbuf, chunkOffset(j)), chunkSize(j));
-    }
-    ex.wait();
-    return;
-  }
-  // Every chunk is posted at once and forwarded as it lands (Exchange::sendForward).
-  for (size_t j = 0; j < nchunks; ++j) {
-    ex.sendForward(ex.ringNext(),
-                   ex.recv(ex.ringPrev(), at(args.recvbuf, chunkOffset(j)), chunkSize(j)));
+  } else if (link == n - 1) {
+    eachChunk(
+        [&](size_t off, size_t bytes) { ex.recv(ex.ringPrev(), at(args.recvbuf, off), bytes); });
+  } else {
+    // Every chunk is posted at once and forwarded as it lands (Exchange::sendForward).
+    eachChunk([&](size_t off, size_t bytes) {
+      ex.sendForward(ex.ringNext(), ex.recv(ex.ringPrev(), at(args.recvbuf, off), bytes));
+    });
   }
   ex.wait();
 }

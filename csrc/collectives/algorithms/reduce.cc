@@ -27,37 +27,30 @@ void chainRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks();
   const int link = mod(ex.ringPos(ex.rank()) - ex.ringPos(args.root), n);
   const size_t elemSize = dtypeSize(args.dtype);
-  const size_t chunkBytes = chainChunkBytes();
-  const size_t nchunks = pieceCount(args.count, elemSize, chunkBytes);
-  const size_t chunkElems = std::max<size_t>(1, chunkBytes / elemSize);
-  auto chunkFirst = [&](size_t j) { return j * chunkElems; };
-  auto chunkCount = [&](size_t j) { return std::min(chunkElems, args.count - j * chunkElems); };
-
+  // Calls fn(first element, elements) for every chunk.
+  auto eachChunk = [&](auto&& fn) { forEachPiece(args.count, elemSize, chainChunkBytes(), fn); };
   if (link == n - 1) {
-    for (size_t j = 0; j < nchunks; ++j) {
-      ex.send(ex.ringPrev(), at(args.sendbuf, chunkFirst(j) * elemSize),
-              chunkCount(j) * elemSize);
-    }
-    ex.wait();
+    eachChunk([&](size_t first, size_t elems) {
+      ex.send(ex.ringPrev(), at(args.sendbuf, first * elemSize), elems * elemSize);
+    });
+  } else if (link == 0) {
+    eachChunk([&](size_t first, size_t elems) {
+      const size_t off = first * elemSize;
+      ex.recvReduce(ex.ringNext(), at(args.recvbuf, off), at(args.sendbuf, off), elems, args.dtype,
+                    args.op);
+    });
+  } else {
+    // Every chunk is posted at once; its partial lands in a temporary the size of the
+    // buffer and is forwarded toward the root as it is reduced (Exchange::sendForward).
+    DeviceBuffer partials(ex.device(), args.count * elemSize);
+    eachChunk([&](size_t first, size_t elems) {
+      const size_t off = first * elemSize;
+      ex.sendForward(ex.ringPrev(),
+                     ex.recvReduce(ex.ringNext(), partials.get() + off, at(args.sendbuf, off),
+                                   elems, args.dtype, args.op));
+    });
+    ex.wait();  // before partials goes out of scope
     return;
-  }
-  if (link == 0) {
-    for (size_t j = 0; j < nchunks; ++j) {
-      size_t offset = chunkFirst(j) * elemSize;
-      ex.recvReduce(ex.ringNext(), at(args.recvbuf, offset), at(args.sendbuf, offset),
-                    chunkCount(j), args.dtype, args.op);
-    }
-    ex.wait();
-    return;
-  }
-  // Every chunk is posted at once; its partial lands in a temporary the size of the buffer
-  // and is forwarded toward the root as it is reduced (Exchange::sendForward).
-  DeviceBuffer partials(ex.device(), args.count * elemSize);
-  for (size_t j = 0; j < nchunks; ++j) {
-    const size_t offset = chunkFirst(j) * elemSize;
-    ex.sendForward(ex.ringPrev(),
-                   ex.recvReduce(ex.ringNext(), partials.get() + offset,
-                                 at(args.sendbuf, offset), chunkCount(j), args.dtype, args.op));
   }
   ex.wait();
 }

@@ -65,15 +65,9 @@ void forEachPiece(size_t elems, size_t elemSize, size_t pieceBytes, Fn&& fn) {
   for (size_t done = 0; done < elems; done += per) fn(done, std::min(per, elems - done));
 }
 
-// Number of pieces forEachPiece makes.
-inline size_t pieceCount(size_t elems, size_t elemSize, size_t pieceBytes) {
-  size_t per = std::max<size_t>(1, pieceBytes / elemSize);
-  return elems == 0 ? 0 : (elems - 1) / per + 1;  // no overflow when per is huge
-}
-
 // Knobs shared by several schedules.
-XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10)          // broadcast/reduce chain chunk
-XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20)   // cap on a direct fold's temporary
+XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10)         // broadcast/reduce chain chunk
+XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20)  // cap on a direct fold's temporary
 
 // A piece-size knob: a positive value is bytes per message (at least one element is always
 // sent); 0 or less means no cutting, one message for the whole block.
