@@ -58,8 +58,8 @@ void check(xcclResult_t r, const char* what) {
 }
 
 // Runs inside one rank: returns the time per allreduce for each size (median of rounds).
-std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id,
-                            const std::vector<size_t>& sizes, int iters) {
+std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::vector<size_t>& sizes,
+                            int iters) {
   xcclComm_t comm;
   check(xcclCommInitRank(&comm, nranks, id, rank), "init");
   std::vector<Result> out;
@@ -108,28 +108,33 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--ranks" && i + 1 < argc) nranks = atoi(argv[++i]);
-    else if (a == "--iters" && i + 1 < argc) iters = atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json = argv[++i];
+    if (a == "--ranks" && i + 1 < argc)
+      nranks = atoi(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc)
+      iters = atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) {
       sizes.clear();
       for (char* tok = strtok(argv[++i], ","); tok; tok = strtok(nullptr, ",")) {
         sizes.push_back(strtoull(tok, nullptr, 0));
       }
-    }
-    else {
-      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--json FILE]\n", argv[0]);
+    } else {
+      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--json FILE]\n",
+              argv[0]);
       return 2;
     }
   }
   std::vector<double> memcpyBw;
-  for (size_t b : sizes) memcpyBw.push_back(b < 4096 ? 0 : memcpyBandwidth(b, b > (8 << 20) ? 9 : 41));
+  for (size_t b : sizes)
+    memcpyBw.push_back(b < 4096 ? 0 : memcpyBandwidth(b, b > (8 << 20) ? 9 : 41));
 
   xcclUniqueId id;
   check(xcclGetUniqueId(&id), "uniqueid");
   // Rank 0's results come back through a shared anonymous mapping.
-  auto* shared = static_cast<Result*>(mmap(nullptr, sizeof(Result) * sizes.size(),
-                                           PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* shared =
+      static_cast<Result*>(mmap(nullptr, sizeof(Result) * sizes.size(), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
     pid_t p = fork();
@@ -166,8 +171,10 @@ int main(int argc, char** argv) {
            mc > 0 ? std::to_string(mc).substr(0, 6).c_str() : "-",
            mc > 0 ? std::to_string(busbw / mc).substr(0, 5).c_str() : "-");
     if (jf) {
-      fprintf(jf, "%s{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, "
-              "\"memcpy_gbps\": %.4f}", i ? ", " : "", r.bytes, r.usPerOp, algbw, busbw, mc);
+      fprintf(jf,
+              "%s{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, "
+              "\"memcpy_gbps\": %.4f}",
+              i ? ", " : "", r.bytes, r.usPerOp, algbw, busbw, mc);
     }
   }
   if (jf) {

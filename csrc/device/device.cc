@@ -66,8 +66,8 @@ Device& getDevice(int ordinal) {
     if (!slot) slot = std::make_unique<HostDevice>(ord);
     return *slot;
   }
-  throw InvalidUsage(strCat("XCCL_DEVICE=", kind,
-                            " is not available in this build (available: host)"));
+  throw InvalidUsage(
+      strCat("XCCL_DEVICE=", kind, " is not available in this build (available: host)"));
 }
 
 }  // namespace xccl

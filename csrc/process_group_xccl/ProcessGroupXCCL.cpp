@@ -11,9 +11,9 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/extension.h>
 #include <pybind11/chrono.h>
+#include <torch/extension.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 
 namespace torch_xccl {
 namespace {
@@ -53,15 +53,24 @@ std::string libError(xcclResult_t r, const char* detail) {
 // ---------------------------------------------------------------- argument checks
 xcclDataType_t toXcclType(const char* op, at::ScalarType t) {
   switch (t) {
-    case at::kChar: return xcclInt8;
-    case at::kByte: return xcclUint8;
-    case at::kInt: return xcclInt32;
-    case at::kLong: return xcclInt64;
-    case at::kHalf: return xcclFloat16;
-    case at::kFloat: return xcclFloat32;
-    case at::kDouble: return xcclFloat64;
-    case at::kBFloat16: return xcclBfloat16;
-    case at::kBool: return xcclBool;
+    case at::kChar:
+      return xcclInt8;
+    case at::kByte:
+      return xcclUint8;
+    case at::kInt:
+      return xcclInt32;
+    case at::kLong:
+      return xcclInt64;
+    case at::kHalf:
+      return xcclFloat16;
+    case at::kFloat:
+      return xcclFloat32;
+    case at::kDouble:
+      return xcclFloat64;
+    case at::kBFloat16:
+      return xcclBfloat16;
+    case at::kBool:
+      return xcclBool;
     default:
       TORCH_CHECK(false, "xccl ", op, ": unsupported dtype ", t,
                   " (supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, "
@@ -75,10 +84,14 @@ bool isFloating(at::ScalarType t) {
 
 xcclRedOp_t toXcclOp(const char* op, const c10d::ReduceOp& r, at::ScalarType t) {
   switch (r.op_) {
-    case c10d::ReduceOp::SUM: return t == at::kBool ? xcclMax : xcclSum;  // bool sum = or
-    case c10d::ReduceOp::PRODUCT: return t == at::kBool ? xcclMin : xcclProd;  // = and
-    case c10d::ReduceOp::MIN: return xcclMin;
-    case c10d::ReduceOp::MAX: return xcclMax;
+    case c10d::ReduceOp::SUM:
+      return t == at::kBool ? xcclMax : xcclSum;  // bool sum = or
+    case c10d::ReduceOp::PRODUCT:
+      return t == at::kBool ? xcclMin : xcclProd;  // = and
+    case c10d::ReduceOp::MIN:
+      return xcclMin;
+    case c10d::ReduceOp::MAX:
+      return xcclMax;
     case c10d::ReduceOp::AVG:
       TORCH_CHECK(t != at::kBool, "xccl ", op, ": ReduceOp.AVG is not supported for bool");
       return xcclAvg;
@@ -89,9 +102,11 @@ xcclRedOp_t toXcclOp(const char* op, const c10d::ReduceOp& r, at::ScalarType t) 
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR:
-      TORCH_CHECK(!isFloating(t), "xccl ", op, ": bitwise ReduceOp needs an integer or bool "
-                  "dtype, got ", t);
-      return r.op_ == c10d::ReduceOp::BAND ? xcclBand
+      TORCH_CHECK(!isFloating(t), "xccl ", op,
+                  ": bitwise ReduceOp needs an integer or bool "
+                  "dtype, got ",
+                  t);
+      return r.op_ == c10d::ReduceOp::BAND  ? xcclBand
              : r.op_ == c10d::ReduceOp::BOR ? xcclBor
                                             : xcclBxor;
     default:
@@ -121,8 +136,8 @@ void checkTensor(const char* op, const at::Tensor& t, const char* what = "tensor
 // All tensors on one device and of one dtype.
 void checkSame(const char* op, const at::Tensor& ref, const at::Tensor& t) {
   TORCH_CHECK(t.defined(), "xccl ", op, ": a tensor is undefined");
-  TORCH_CHECK(t.device() == ref.device(), "xccl ", op,
-              ": tensors must be on the same device, got ", ref.device(), " and ", t.device());
+  TORCH_CHECK(t.device() == ref.device(), "xccl ", op, ": tensors must be on the same device, got ",
+              ref.device(), " and ", t.device());
   TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "xccl ", op,
               ": tensors must have the same dtype, got ", ref.scalar_type(), " and ",
               t.scalar_type());
@@ -137,18 +152,18 @@ const at::Tensor& single(const char* op, const std::vector<at::Tensor>& ts,
 }
 
 void checkRank(const char* op, int64_t r, int size, const char* what) {
-  TORCH_CHECK(r >= 0 && r < size, "xccl ", op, ": invalid ", what, " ", r,
-              " (group size is ", size, ")");
+  TORCH_CHECK(r >= 0 && r < size, "xccl ", op, ": invalid ", what, " ", r, " (group size is ", size,
+              ")");
 }
 
-void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref,
-               int size, const char* what) {
+void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref, int size,
+               const char* what) {
   TORCH_CHECK(static_cast<int>(list.size()) == size, "xccl ", op, ": ", what,
               " must hold one tensor per rank (", size, "), got ", list.size());
   for (const auto& t : list) {
     checkSame(op, ref, t);
-    TORCH_CHECK(t.numel() == ref.numel(), "xccl ", op, ": every tensor in ", what,
-                " must have ", ref.numel(), " elements (like the input), got ", t.numel());
+    TORCH_CHECK(t.numel() == ref.numel(), "xccl ", op, ": every tensor in ", what, " must have ",
+                ref.numel(), " elements (like the input), got ", t.numel());
   }
 }
 
@@ -196,8 +211,7 @@ int storeSet(void* ctx, const char* key, const void* value, size_t len) {
   }
 }
 
-int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len,
-             int64_t timeout_ms) {
+int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms) {
   try {
     auto* c = static_cast<StoreCtx*>(ctx);
     if (timeout_ms > 0) {
@@ -253,8 +267,9 @@ WorkXCCL::WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq
       comm_(std::move(comm)),
       blockingWait_(blockingWait),
       errorMode_(errorMode),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 void WorkXCCL::setEvent(const xcclEvent_t& ev) {
   event_ = ev;
@@ -263,8 +278,8 @@ void WorkXCCL::setEvent(const xcclEvent_t& ev) {
 
 std::exception_ptr WorkXCCL::makeError(xcclResult_t r, const std::string& what) const {
   std::ostringstream os;
-  os << "xccl " << opName_ << ": " << what << " (rank " << comm_->rank << ", group '"
-     << comm_->name << "', op #" << seq_ << "): " << libError(r, nullptr);
+  os << "xccl " << opName_ << ": " << what << " (rank " << comm_->rank << ", group '" << comm_->name
+     << "', op #" << seq_ << "): " << libError(r, nullptr);
   return distError(os.str());
 }
 
@@ -320,7 +335,8 @@ std::exception_ptr WorkXCCL::exception() const {
 }
 
 int WorkXCCL::sourceRank() const {
-  TORCH_CHECK(peerIsOutput_, "xccl ", opName_, ": sourceRank() is only defined for recv from "
+  TORCH_CHECK(peerIsOutput_, "xccl ", opName_,
+              ": sourceRank() is only defined for recv from "
               "any source");
   TORCH_CHECK(done_.load(), "xccl ", opName_, ": sourceRank() before the receive completed");
   return peer_;
@@ -340,8 +356,8 @@ bool WorkXCCL::wait(std::chrono::milliseconds timeout) {
                       deadline - std::chrono::steady_clock::now())
                       .count();
       if (left <= 0) {
-        auto err = makeError(xcclTimeout, "wait timed out after " +
-                                              std::to_string(limit.count()) + " ms");
+        auto err =
+            makeError(xcclTimeout, "wait timed out after " + std::to_string(limit.count()) + " ms");
         complete(err);  // first, so this work reports the timeout (not the abort below)
         if (blockingWait_ || errorMode_ == AsyncErrorMode::kTearDown ||
             errorMode_ == AsyncErrorMode::kCleanUpOnly) {
@@ -389,8 +405,8 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkXCCL::getFuture() {
 
 // ---------------------------------------------------------------- ProcessGroupXCCL
 
-ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                   int size, c10::intrusive_ptr<Options> options)
+ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   c10::intrusive_ptr<Options> options)
     : c10d::Backend(rank, size),
       store_(store),
       options_(std::move(options)),
@@ -455,19 +471,18 @@ std::string ProcessGroupXCCL::describe() const {
   std::ostringstream os;
   os << "ProcessGroupXCCL(rank=" << getRank() << ", size=" << getSize() << ", group='"
      << state_->name << "', timeout_ms=" << options_->timeout.count()
-     << ", blocking_wait=" << blockingWait_ << ", async_error_handling="
-     << static_cast<int>(errorMode_) << ")";
+     << ", blocking_wait=" << blockingWait_
+     << ", async_error_handling=" << static_cast<int>(errorMode_) << ")";
   return os.str();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     const char* opName, c10d::OpType type, std::chrono::milliseconds timeout,
-    std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive,
-    std::function<void()> post, const std::function<xcclResult_t()>& enqueue, int** peerSlot) {
-  auto work = c10::make_intrusive<WorkXCCL>(getRank(), type, opName, seq_.load() + 1,
-                                            std::move(outputs), std::move(keepAlive),
-                                            std::move(post), opTimeout(timeout), state_,
-                                            blockingWait_, errorMode_);
+    std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive, std::function<void()> post,
+    const std::function<xcclResult_t()>& enqueue, int** peerSlot) {
+  auto work = c10::make_intrusive<WorkXCCL>(
+      getRank(), type, opName, seq_.load() + 1, std::move(outputs), std::move(keepAlive),
+      std::move(post), opTimeout(timeout), state_, blockingWait_, errorMode_);
   if (peerSlot != nullptr) {
     *peerSlot = work->peerSlot();
     work->setPeerIsOutput(true);
@@ -530,8 +545,7 @@ c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
       continue;
     }
     c10::intrusive_ptr<WorkXCCL> w = q.front();
-    if (cq_->stop || w->futureWanted() ||
-        std::chrono::steady_clock::now() >= w->deadline()) {
+    if (cq_->stop || w->futureWanted() || std::chrono::steady_clock::now() >= w->deadline()) {
       q.pop_front();
       return w;
     }
@@ -548,7 +562,8 @@ c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
       if (!q.empty() && q.front() == w) q.pop_front();
       return w;
     }
-    cq_->cv.wait_for(lk, std::chrono::milliseconds(kSweepMs), [&] { return cq_->stop || cq_->urgent; });
+    cq_->cv.wait_for(lk, std::chrono::milliseconds(kSweepMs),
+                     [&] { return cq_->stop || cq_->urgent; });
     cq_->urgent = false;
   }
 }
@@ -620,7 +635,8 @@ void ProcessGroupXCCL::handleAsyncError(WorkXCCL& work, std::exception_ptr error
 void ProcessGroupXCCL::startCoalescing() {
   TORCH_CHECK(!coalescing_, "xccl startCoalescing: already inside a coalescing block");
   xcclResult_t r = xcclGroupStart();
-  if (r != xcclSuccess) throwDist("xccl startCoalescing: " + libError(r, xcclGetLastError(nullptr)));
+  if (r != xcclSuccess)
+    throwDist("xccl startCoalescing: " + libError(r, xcclGetLastError(nullptr)));
   coalescing_ = true;
 }
 
@@ -633,10 +649,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
   for (auto& w : works) {
     for (auto& t : w->outputs_) outputs.push_back(t);
   }
-  auto end = c10::make_intrusive<WorkXCCL>(getRank(), c10d::OpType::COALESCED, "coalesced",
-                                           seq_.load(), outputs, std::vector<at::Tensor>{},
-                                           nullptr, opTimeout(kNoTimeout), state_,
-                                           blockingWait_, errorMode_);
+  auto end = c10::make_intrusive<WorkXCCL>(
+      getRank(), c10d::OpType::COALESCED, "coalesced", seq_.load(), outputs,
+      std::vector<at::Tensor>{}, nullptr, opTimeout(kNoTimeout), state_, blockingWait_, errorMode_);
   {
     std::lock_guard<std::mutex> g(state_->enqueueMu);
     xcclResult_t r = xcclGroupEnd();
@@ -788,11 +803,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, input.scalar_type());
-  return launch(op, c10d::OpType::_ALLGATHER_BASE, opts.timeout, {output}, {in, out}, cb.fn(),
-                [&] {
-                  return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt,
-                                       state_->comm, nullptr);
-                });
+  return launch(op, c10d::OpType::_ALLGATHER_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&] {
+    return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, state_->comm, nullptr);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
@@ -800,8 +813,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
     const c10d::AllgatherOptions& opts) {
   const char* op = "allgather";
   const at::Tensor& in0 = single(op, inputs, "input tensor");
-  TORCH_CHECK(outputs.size() == 1, "xccl ", op, ": expected one output list, got ",
-              outputs.size());
+  TORCH_CHECK(outputs.size() == 1, "xccl ", op, ": expected one output list, got ", outputs.size());
   checkList(op, outputs[0], in0, getSize(), "the output list");
   at::Tensor in = contig(in0);
   at::Tensor flat = at::empty({static_cast<int64_t>(getSize()) * in.numel()}, in.options());
@@ -832,8 +844,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
   std::vector<at::Tensor> ins, flats, keep, outs;
   for (size_t j = 0; j < inputs.size(); ++j) {
     ins.push_back(contig(inputs[j]));
-    flats.push_back(at::empty({static_cast<int64_t>(getSize()) * inputs[j].numel()},
-                              inputs[j].options()));
+    flats.push_back(
+        at::empty({static_cast<int64_t>(getSize()) * inputs[j].numel()}, inputs[j].options()));
   }
   for (auto& list : outputLists) {
     TORCH_CHECK(list.size() == inputs.size(), "xccl ", op,
@@ -853,8 +865,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
     for (size_t r = 0; r < lists.size(); ++r) {
       for (size_t j = 0; j < lists[r].size(); ++j) {
         int64_t n = lists[r][j].numel();
-        lists[r][j].copy_(flats[j].narrow(0, static_cast<int64_t>(r) * n, n)
-                              .view(lists[r][j].sizes()));
+        lists[r][j].copy_(
+            flats[j].narrow(0, static_cast<int64_t>(r) * n, n).view(lists[r][j].sizes()));
       }
     }
   };
@@ -874,8 +886,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const char* op = "allgather_into_tensor_coalesced";
-  TORCH_CHECK(outputs.size() == inputs.size(), "xccl ", op, ": ", outputs.size(),
-              " outputs for ", inputs.size(), " inputs");
+  TORCH_CHECK(outputs.size() == inputs.size(), "xccl ", op, ": ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
   std::vector<at::Tensor> ins, outs, keep;
   CopyBack cb;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -935,8 +947,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
   std::vector<at::Tensor> keep{in};
   if (flat.defined()) keep.push_back(flat);
   return launch(op, c10d::OpType::GATHER, opts.timeout, outs, keep, post, [&] {
-    return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root,
-                      state_->comm, nullptr);
+    return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, state_->comm,
+                      nullptr);
   });
 }
 
@@ -1031,8 +1043,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
-  TORCH_CHECK(outputs.size() == inputs.size(), "xccl ", op, ": ", outputs.size(),
-              " outputs for ", inputs.size(), " inputs");
+  TORCH_CHECK(outputs.size() == inputs.size(), "xccl ", op, ": ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
   std::vector<at::Tensor> sends, outs, keep;
   std::vector<xcclRedOp_t> xops;
   CopyBack cb;
@@ -1096,9 +1108,11 @@ void splitCounts(const char* op, const char* what, const at::Tensor& t,
 }
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
-    std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(at::Tensor& output,
+                                                               at::Tensor& input,
+                                                               std::vector<int64_t>& outputSplits,
+                                                               std::vector<int64_t>& inputSplits,
+                                                               const c10d::AllToAllOptions& opts) {
   const char* op = "alltoall_base";
   checkTensor(op, input, "input");
   checkTensor(op, output, "output");
@@ -1122,8 +1136,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(
       return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt, state_->comm,
                           nullptr);
     }
-    return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(),
-                         rd.data(), dt, state_->comm, nullptr);
+    return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
+                         dt, state_->comm, nullptr);
   });
 }
 
@@ -1133,8 +1147,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
   const char* op = "alltoall";
   int size = getSize();
   TORCH_CHECK(static_cast<int>(inputs.size()) == size && static_cast<int>(outputs.size()) == size,
-              "xccl ", op, ": expected one input and one output tensor per rank (", size,
-              "), got ", inputs.size(), " and ", outputs.size());
+              "xccl ", op, ": expected one input and one output tensor per rank (", size, "), got ",
+              inputs.size(), " and ", outputs.size());
   std::vector<size_t> sc(size), sd(size), rc(size), rd(size);
   std::vector<at::Tensor> parts;
   size_t s = 0, r = 0;
@@ -1167,8 +1181,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& tensors,
-                                                      int dstRank, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& tensors, int dstRank,
+                                                      int tag) {
   const char* op = "send";
   const at::Tensor& t = single(op, tensors);
   checkRank(op, dstRank, getSize(), "destination rank");
@@ -1181,13 +1195,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& t
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recv(std::vector<at::Tensor>& tensors,
-                                                      int srcRank, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                                      int tag) {
   const char* op = "recv";
   const at::Tensor& t = single(op, tensors);
   checkRank(op, srcRank, getSize(), "source rank");
-  TORCH_CHECK(srcRank != getRank(), "xccl ", op, ": cannot receive from self (rank ", srcRank,
-              ")");
+  TORCH_CHECK(srcRank != getRank(), "xccl ", op, ": cannot receive from self (rank ", srcRank, ")");
   at::Tensor buf = contig(t);
   CopyBack cb;
   cb.add(t, buf);
@@ -1242,8 +1255,7 @@ void ProcessGroupXCCL::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     try {
-      store_->wait({base + std::to_string(r)},
-                   std::max(left, std::chrono::milliseconds(1)));
+      store_->wait({base + std::to_string(r)}, std::max(left, std::chrono::milliseconds(1)));
     } catch (const std::exception&) {
       missing.push_back(r);
       if (!waitAllRanks) break;
@@ -1303,9 +1315,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return v;
   });
   m.def("xccl_header_version", [] { return XCCL_VERSION_CODE; });
-  m.def("_describe", [](const c10::intrusive_ptr<c10d::Backend>& b) {
-    return asXccl(b).describe();
-  });
+  m.def("_describe",
+        [](const c10::intrusive_ptr<c10d::Backend>& b) { return asXccl(b).describe(); });
   m.def("_is_xccl_backend", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return dynamic_cast<torch_xccl::ProcessGroupXCCL*>(b.get()) != nullptr;
   });

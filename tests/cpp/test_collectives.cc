@@ -49,8 +49,8 @@ class Coll : public ::testing::TestWithParam<WorldParam> {
  protected:
   void SetUp() override {
     const WorldParam& p = GetParam();
-    algoEnv_ = std::make_unique<xccl_test::ScopedEnv>(
-        "XCCL_ALGO", p.algo.empty() ? nullptr : p.algo.c_str());
+    algoEnv_ = std::make_unique<xccl_test::ScopedEnv>("XCCL_ALGO",
+                                                      p.algo.empty() ? nullptr : p.algo.c_str());
     std::function<std::string(int)> hostOf;
     if (p.twoHosts) hostOf = [](int r) { return std::string("fakehost") + char('A' + r % 2); };
     world_ = std::make_unique<ThreadWorld>(p.n, hostOf);
@@ -83,8 +83,8 @@ class Coll : public ::testing::TestWithParam<WorldParam> {
   std::unique_ptr<ThreadWorld> world_;
 };
 
-std::string opLabel(const char* coll, xcclDataType_t t, xcclRedOp_t op, size_t count,
-                    bool inPlace, int root = -1) {
+std::string opLabel(const char* coll, xcclDataType_t t, xcclRedOp_t op, size_t count, bool inPlace,
+                    int root = -1) {
   std::string s = std::string(coll) + " " + xcclTypeName(t) + " " + xcclOpName(op) + " count " +
                   std::to_string(count) + (inPlace ? " in-place" : " out-of-place");
   if (root >= 0) s += " root " + std::to_string(root);
@@ -117,13 +117,14 @@ TEST_P(Coll, AllReduce) {
             for (size_t i = 0; i < count; ++i) send->set(i, reduceInput(op, t, rank, i));
             if (!inPlace) recv->fill(99);
             results[rank].push_back(recv);
-            ops.push_back({opLabel("allreduce", t, op, count, inPlace),
-                           [=] { check(allReduce(send->data(), recv->data(), count, t, op, comm), comm); },
-                           [=] {
-                             expectMatches(*recv, 0, count,
-                                           [&](size_t i) { return reduceExpected(op, t, n, i); },
-                                           "allreduce");
-                           }});
+            ops.push_back(
+                {opLabel("allreduce", t, op, count, inPlace),
+                 [=] { check(allReduce(send->data(), recv->data(), count, t, op, comm), comm); },
+                 [=] {
+                   expectMatches(
+                       *recv, 0, count, [&](size_t i) { return reduceExpected(op, t, n, i); },
+                       "allreduce");
+                 }});
           }
         }
       }
@@ -153,25 +154,27 @@ TEST_P(Coll, Reduce) {
           auto recv = inPlace ? send : std::make_shared<Buf>(t, count);
           for (size_t i = 0; i < count; ++i) send->set(i, reduceInput(op, t, rank, i));
           if (!inPlace) recv->fill(7);
-          ops.push_back({opLabel("reduce", t, op, count, inPlace, root),
-                         [=] {
-                           check(xcclReduce(send->data(), recv->data(), count, t, op, root, comm,
-                                            nullptr), comm);
-                         },
-                         [=] {
-                           if (rank == root) {
-                             expectMatches(*recv, 0, count,
-                                           [&](size_t i) { return reduceExpected(op, t, n, i); },
-                                           "reduce at root");
-                           } else if (inPlace) {
-                             expectMatches(*recv, 0, count,
-                                           [&](size_t i) { return reduceInput(op, t, rank, i); },
-                                           "reduce: non-root in-place buffer must be untouched");
-                           } else {
-                             expectMatches(*recv, 0, count, [&](size_t) { return roundTo(t, 7); },
-                                           "reduce: non-root recvbuf must be untouched");
-                           }
-                         }});
+          ops.push_back(
+              {opLabel("reduce", t, op, count, inPlace, root),
+               [=] {
+                 check(xcclReduce(send->data(), recv->data(), count, t, op, root, comm, nullptr),
+                       comm);
+               },
+               [=] {
+                 if (rank == root) {
+                   expectMatches(
+                       *recv, 0, count, [&](size_t i) { return reduceExpected(op, t, n, i); },
+                       "reduce at root");
+                 } else if (inPlace) {
+                   expectMatches(
+                       *recv, 0, count, [&](size_t i) { return reduceInput(op, t, rank, i); },
+                       "reduce: non-root in-place buffer must be untouched");
+                 } else {
+                   expectMatches(
+                       *recv, 0, count, [&](size_t) { return roundTo(t, 7); },
+                       "reduce: non-root recvbuf must be untouched");
+                 }
+               }});
         }
       }
     }
@@ -192,22 +195,22 @@ TEST_P(Coll, ReduceScatter) {
           for (size_t j = 0; j < count * n; ++j) send->set(j, reduceInput(op, t, rank, j));
           auto recv = std::make_shared<Buf>(t, count);
           recv->fill(5);
-          void* recvPtr = inPlace ? static_cast<char*>(send->data()) + rank * count * xcclTypeSize(t)
-                                  : recv->data();
-          ops.push_back({opLabel("reducescatter", t, op, count, inPlace),
-                         [=] {
-                           check(xcclReduceScatter(send->data(), recvPtr, count, t, op, comm,
-                                                   nullptr), comm);
-                         },
-                         [=] {
-                           const Buf& out = inPlace ? *send : *recv;
-                           size_t first = inPlace ? rank * count : 0;
-                           expectMatches(out, first, count,
-                                         [&](size_t i) {
-                                           return reduceExpected(op, t, n, rank * count + i);
-                                         },
-                                         "reducescatter");
-                         }});
+          void* recvPtr = inPlace
+                              ? static_cast<char*>(send->data()) + rank * count * xcclTypeSize(t)
+                              : recv->data();
+          ops.push_back(
+              {opLabel("reducescatter", t, op, count, inPlace),
+               [=] {
+                 check(xcclReduceScatter(send->data(), recvPtr, count, t, op, comm, nullptr), comm);
+               },
+               [=] {
+                 const Buf& out = inPlace ? *send : *recv;
+                 size_t first = inPlace ? rank * count : 0;
+                 expectMatches(
+                     out, first, count,
+                     [&](size_t i) { return reduceExpected(op, t, n, rank * count + i); },
+                     "reducescatter");
+               }});
         }
       }
     }
@@ -226,16 +229,16 @@ TEST_P(Coll, Broadcast) {
             auto recv = inPlace ? send : std::make_shared<Buf>(t, count);
             for (size_t i = 0; i < count; ++i) send->set(i, pattern(rank, i, t));
             if (!inPlace) recv->fill(3);
-            ops.push_back({opLabel("broadcast", t, xcclSum, count, inPlace, root),
-                           [=] {
-                             check(xcclBroadcast(send->data(), recv->data(), count, t, root, comm,
-                                                 nullptr), comm);
-                           },
-                           [=] {
-                             expectMatches(*recv, 0, count,
-                                           [&](size_t i) { return pattern(root, i, t); },
-                                           "broadcast");
-                           }});
+            ops.push_back(
+                {opLabel("broadcast", t, xcclSum, count, inPlace, root),
+                 [=] {
+                   check(xcclBroadcast(send->data(), recv->data(), count, t, root, comm, nullptr),
+                         comm);
+                 },
+                 [=] {
+                   expectMatches(
+                       *recv, 0, count, [&](size_t i) { return pattern(root, i, t); }, "broadcast");
+                 }});
           }
         }
       }
@@ -260,19 +263,18 @@ TEST_P(Coll, AllGather) {
           const void* sendPtr =
               inPlace ? static_cast<char*>(recv->data()) + rank * count * xcclTypeSize(t)
                       : send->data();
-          ops.push_back({opLabel("allgather", t, xcclSum, count, inPlace),
-                         [=] {
-                           (void)send;  // keeps the out-of-place send buffer alive
-                           check(xcclAllGather(sendPtr, recv->data(), count, t, comm, nullptr),
-                                 comm);
-                         },
-                         [=] {
-                           expectMatches(*recv, 0, count * n,
-                                         [&](size_t j) {
-                                           return pattern(static_cast<int>(j / count), j % count, t);
-                                         },
-                                         "allgather");
-                         }});
+          ops.push_back(
+              {opLabel("allgather", t, xcclSum, count, inPlace),
+               [=] {
+                 (void)send;  // keeps the out-of-place send buffer alive
+                 check(xcclAllGather(sendPtr, recv->data(), count, t, comm, nullptr), comm);
+               },
+               [=] {
+                 expectMatches(
+                     *recv, 0, count * n,
+                     [&](size_t j) { return pattern(static_cast<int>(j / count), j % count, t); },
+                     "allgather");
+               }});
         }
       }
     }
@@ -296,12 +298,13 @@ TEST_P(Coll, AllToAll) {
                                comm);
                        },
                        [=] {
-                         expectMatches(*recv, 0, count * n,
-                                       [&](size_t j) {
-                                         int from = static_cast<int>(j / count);
-                                         return pattern(from, rank * count + j % count, t);
-                                       },
-                                       "alltoall");
+                         expectMatches(
+                             *recv, 0, count * n,
+                             [&](size_t j) {
+                               int from = static_cast<int>(j / count);
+                               return pattern(from, rank * count + j % count, t);
+                             },
+                             "alltoall");
                        }});
       }
     }
@@ -316,8 +319,10 @@ TEST_P(Coll, AllToAllv) {
   const int n = this->n();
   runBatch([&](int rank, xcclComm_t comm, std::vector<Op>& ops) {
     for (size_t scale : {size_t{1}, size_t{37}}) {
-      auto sc = std::make_shared<std::vector<size_t>>(n), sd = std::make_shared<std::vector<size_t>>(n);
-      auto rc = std::make_shared<std::vector<size_t>>(n), rd = std::make_shared<std::vector<size_t>>(n);
+      auto sc = std::make_shared<std::vector<size_t>>(n),
+           sd = std::make_shared<std::vector<size_t>>(n);
+      auto rc = std::make_shared<std::vector<size_t>>(n),
+           rd = std::make_shared<std::vector<size_t>>(n);
       size_t sendTotal = 0, recvTotal = 0;
       for (int j = 0; j < n; ++j) {
         (*sc)[j] = vcount(rank, j, scale);
@@ -337,13 +342,15 @@ TEST_P(Coll, AllToAllv) {
       ops.push_back({"alltoallv scale " + std::to_string(scale),
                      [=] {
                        check(xcclAllToAllv(send->data(), sc->data(), sd->data(), recv->data(),
-                                           rc->data(), rd->data(), t, comm, nullptr), comm);
+                                           rc->data(), rd->data(), t, comm, nullptr),
+                             comm);
                      },
                      [=] {
                        for (int j = 0; j < n; ++j) {
-                         expectMatches(*recv, (*rd)[j], (*rc)[j],
-                                       [&](size_t i) { return j * 100000.0 + rank * 1000 + i; },
-                                       "alltoallv block from rank " + std::to_string(j));
+                         expectMatches(
+                             *recv, (*rd)[j], (*rc)[j],
+                             [&](size_t i) { return j * 100000.0 + rank * 1000 + i; },
+                             "alltoallv block from rank " + std::to_string(j));
                          if ((*rd)[j] > 0) EXPECT_EQ(recv->get((*rd)[j] - 1), -7) << "gap written";
                        }
                      }});
@@ -361,44 +368,53 @@ TEST_P(Coll, GatherScatter) {
           for (bool inPlace : {false, true}) {
             const size_t block = count * xcclTypeSize(t);
             // gather
-            auto gRecv = std::make_shared<Buf>(t, count * n), gSend = std::make_shared<Buf>(t, count);
+            auto gRecv = std::make_shared<Buf>(t, count * n),
+                 gSend = std::make_shared<Buf>(t, count);
             gRecv->fill(4);
             const bool gInPlace = inPlace && rank == root;
             for (size_t i = 0; i < count; ++i) {
-              gInPlace ? gRecv->set(rank * count + i, pattern(rank, i, t)) : gSend->set(i, pattern(rank, i, t));
+              gInPlace ? gRecv->set(rank * count + i, pattern(rank, i, t))
+                       : gSend->set(i, pattern(rank, i, t));
             }
-            const void* gSendPtr = gInPlace ? static_cast<char*>(gRecv->data()) + rank * block : gSend->data();
-            ops.push_back({opLabel("gather", t, xcclSum, count, inPlace, root),
-                           [=] {
-                             (void)gSend;  // keeps the out-of-place send buffer alive
-                             check(xcclGather(gSendPtr, gRecv->data(), count, t, root, comm, nullptr), comm);
-                           },
-                           [=] {
-                             if (rank != root) {
-                               expectMatches(*gRecv, 0, count * n, [&](size_t) { return roundTo(t, 4); },
-                                             "gather: non-root recvbuf untouched");
-                               return;
-                             }
-                             expectMatches(*gRecv, 0, count * n,
-                                           [&](size_t j) { return pattern(static_cast<int>(j / count), j % count, t); },
-                                           "gather at root");
-                           }});
+            const void* gSendPtr =
+                gInPlace ? static_cast<char*>(gRecv->data()) + rank * block : gSend->data();
+            ops.push_back(
+                {opLabel("gather", t, xcclSum, count, inPlace, root),
+                 [=] {
+                   (void)gSend;  // keeps the out-of-place send buffer alive
+                   check(xcclGather(gSendPtr, gRecv->data(), count, t, root, comm, nullptr), comm);
+                 },
+                 [=] {
+                   if (rank != root) {
+                     expectMatches(
+                         *gRecv, 0, count * n, [&](size_t) { return roundTo(t, 4); },
+                         "gather: non-root recvbuf untouched");
+                     return;
+                   }
+                   expectMatches(
+                       *gRecv, 0, count * n,
+                       [&](size_t j) { return pattern(static_cast<int>(j / count), j % count, t); },
+                       "gather at root");
+                 }});
             // scatter
-            auto sSend = std::make_shared<Buf>(t, count * n), sRecv = std::make_shared<Buf>(t, count);
+            auto sSend = std::make_shared<Buf>(t, count * n),
+                 sRecv = std::make_shared<Buf>(t, count);
             for (size_t j = 0; j < count * n; ++j) sSend->set(j, pattern(rank, j, t));
             sRecv->fill(6);
             const bool sInPlace = inPlace && rank == root;
-            void* sRecvPtr = sInPlace ? static_cast<char*>(sSend->data()) + rank * block : sRecv->data();
-            ops.push_back({opLabel("scatter", t, xcclSum, count, inPlace, root),
-                           [=] {
-                             (void)sRecv;  // keeps the out-of-place recv buffer alive
-                             check(xcclScatter(sSend->data(), sRecvPtr, count, t, root, comm, nullptr), comm);
-                           },
-                           [=] {
-                             expectMatches(sInPlace ? *sSend : *sRecv, sInPlace ? rank * count : 0, count,
-                                           [&](size_t i) { return pattern(root, rank * count + i, t); },
-                                           "scatter");
-                           }});
+            void* sRecvPtr =
+                sInPlace ? static_cast<char*>(sSend->data()) + rank * block : sRecv->data();
+            ops.push_back(
+                {opLabel("scatter", t, xcclSum, count, inPlace, root),
+                 [=] {
+                   (void)sRecv;  // keeps the out-of-place recv buffer alive
+                   check(xcclScatter(sSend->data(), sRecvPtr, count, t, root, comm, nullptr), comm);
+                 },
+                 [=] {
+                   expectMatches(
+                       sInPlace ? *sSend : *sRecv, sInPlace ? rank * count : 0, count,
+                       [&](size_t i) { return pattern(root, rank * count + i, t); }, "scatter");
+                 }});
           }
         }
       }
@@ -425,8 +441,9 @@ TEST_P(Coll, SendRecv) {
                        check(xcclGroupEnd());
                      },
                      [=] {
-                       expectMatches(*recv, 0, count, [&](size_t i) { return pattern(prev, i, t); },
-                                     "recv from prev");
+                       expectMatches(
+                           *recv, 0, count, [&](size_t i) { return pattern(prev, i, t); },
+                           "recv from prev");
                      }});
     }
   });
@@ -442,8 +459,8 @@ TEST_P(Coll, Barrier) {
       arrived.fetch_add(1);
       check(xcclBarrier(comm, nullptr), comm);
       waitAll(comm);
-      EXPECT_GE(arrived.load(), round * n) << "rank " << rank << " left barrier " << round
-                                           << " before every rank arrived";
+      EXPECT_GE(arrived.load(), round * n)
+          << "rank " << rank << " left barrier " << round << " before every rank arrived";
       // Second barrier so nobody starts the next round's increment before all have checked.
       check(xcclBarrier(comm, nullptr), comm);
       waitAll(comm);
@@ -471,66 +488,92 @@ TEST_P(Coll, LargeFloat32) {
     auto arIn = std::make_shared<Buf>(t, count), arOut = std::make_shared<Buf>(t, count);
     for (size_t i = 0; i < count; ++i) arIn->set(i, reduceInput(xcclSum, t, rank, i));
     allreduceOut[rank] = arOut;
-    ops.push_back({"allreduce large",
-                   [=] { check(xcclAllReduce(arIn->data(), arOut->data(), count, t, xcclSum, comm, nullptr), comm); },
-                   [=] {
-                     expectMatches(*arOut, 0, count, [&](size_t i) { return (*eSum)[i]; }, "allreduce large");
-                   }});
+    ops.push_back(
+        {"allreduce large",
+         [=] {
+           check(xcclAllReduce(arIn->data(), arOut->data(), count, t, xcclSum, comm, nullptr),
+                 comm);
+         },
+         [=] {
+           expectMatches(
+               *arOut, 0, count, [&](size_t i) { return (*eSum)[i]; }, "allreduce large");
+         }});
     auto ip = std::make_shared<Buf>(t, count);  // in-place avg
     for (size_t i = 0; i < count; ++i) ip->set(i, reduceInput(xcclAvg, t, rank, i));
-    ops.push_back({"allreduce large in-place avg",
-                   [=] { check(xcclAllReduce(ip->data(), ip->data(), count, t, xcclAvg, comm, nullptr), comm); },
-                   [=] {
-                     expectMatches(*ip, 0, count, [&](size_t i) { return (*eAvg)[i]; }, "allreduce large avg");
-                   }});
+    ops.push_back(
+        {"allreduce large in-place avg",
+         [=] {
+           check(xcclAllReduce(ip->data(), ip->data(), count, t, xcclAvg, comm, nullptr), comm);
+         },
+         [=] {
+           expectMatches(
+               *ip, 0, count, [&](size_t i) { return (*eAvg)[i]; }, "allreduce large avg");
+         }});
     const int root = n - 1;
     auto bc = std::make_shared<Buf>(t, count);
     for (size_t i = 0; i < count; ++i) bc->set(i, rank == root ? pattern(root, i, t) : 0);
-    ops.push_back({"broadcast large",
-                   [=] { check(xcclBroadcast(bc->data(), bc->data(), count, t, root, comm, nullptr), comm); },
-                   [=] {
-                     expectMatches(*bc, 0, count, [&](size_t i) { return pattern(root, i, t); }, "broadcast large");
-                   }});
+    ops.push_back(
+        {"broadcast large",
+         [=] { check(xcclBroadcast(bc->data(), bc->data(), count, t, root, comm, nullptr), comm); },
+         [=] {
+           expectMatches(
+               *bc, 0, count, [&](size_t i) { return pattern(root, i, t); }, "broadcast large");
+         }});
     auto rdIn = std::make_shared<Buf>(t, count), rdOut = std::make_shared<Buf>(t, count);
     for (size_t i = 0; i < count; ++i) rdIn->set(i, reduceInput(xcclMax, t, rank, i));
-    ops.push_back({"reduce large max",
-                   [=] { check(xcclReduce(rdIn->data(), rdOut->data(), count, t, xcclMax, 0, comm, nullptr), comm); },
-                   [=] {
-                     if (rank == 0) {
-                       expectMatches(*rdOut, 0, count, [&](size_t i) { return (*eMax)[i]; }, "reduce large");
-                     }
-                   }});
+    ops.push_back(
+        {"reduce large max",
+         [=] {
+           check(xcclReduce(rdIn->data(), rdOut->data(), count, t, xcclMax, 0, comm, nullptr),
+                 comm);
+         },
+         [=] {
+           if (rank == 0) {
+             expectMatches(
+                 *rdOut, 0, count, [&](size_t i) { return (*eMax)[i]; }, "reduce large");
+           }
+         }});
     auto agIn = std::make_shared<Buf>(t, per), agOut = std::make_shared<Buf>(t, per * n);
     for (size_t i = 0; i < per; ++i) agIn->set(i, pattern(rank, i, t));
-    ops.push_back({"allgather large",
-                   [=] { check(xcclAllGather(agIn->data(), agOut->data(), per, t, comm, nullptr), comm); },
-                   [=] {
-                     expectMatches(*agOut, 0, per * n,
-                                   [&](size_t j) { return pattern(static_cast<int>(j / per), j % per, t); },
-                                   "allgather large");
-                   }});
+    ops.push_back(
+        {"allgather large",
+         [=] { check(xcclAllGather(agIn->data(), agOut->data(), per, t, comm, nullptr), comm); },
+         [=] {
+           expectMatches(
+               *agOut, 0, per * n,
+               [&](size_t j) { return pattern(static_cast<int>(j / per), j % per, t); },
+               "allgather large");
+         }});
     auto rsIn = std::make_shared<Buf>(t, per * n), rsOut = std::make_shared<Buf>(t, per);
     for (size_t j = 0; j < per * n; ++j) rsIn->set(j, reduceInput(xcclSum, t, rank, j));
-    ops.push_back({"reducescatter large",
-                   [=] { check(xcclReduceScatter(rsIn->data(), rsOut->data(), per, t, xcclSum, comm, nullptr), comm); },
-                   [=] {
-                     expectMatches(*rsOut, 0, per,
-                                   [&](size_t i) { return (*eSum)[rank * per + i]; }, "reducescatter large");
-                   }});
+    ops.push_back(
+        {"reducescatter large",
+         [=] {
+           check(xcclReduceScatter(rsIn->data(), rsOut->data(), per, t, xcclSum, comm, nullptr),
+                 comm);
+         },
+         [=] {
+           expectMatches(
+               *rsOut, 0, per, [&](size_t i) { return (*eSum)[rank * per + i]; },
+               "reducescatter large");
+         }});
     auto aaIn = std::make_shared<Buf>(t, per * n), aaOut = std::make_shared<Buf>(t, per * n);
     for (size_t j = 0; j < per * n; ++j) aaIn->set(j, pattern(rank, j, t));
-    ops.push_back({"alltoall large",
-                   [=] { check(xcclAllToAll(aaIn->data(), aaOut->data(), per, t, comm, nullptr), comm); },
-                   [=] {
-                     expectMatches(*aaOut, 0, per * n,
-                                   [&](size_t j) {
-                                     return pattern(static_cast<int>(j / per), rank * per + j % per, t);
-                                   },
-                                   "alltoall large");
-                   }});
+    ops.push_back(
+        {"alltoall large",
+         [=] { check(xcclAllToAll(aaIn->data(), aaOut->data(), per, t, comm, nullptr), comm); },
+         [=] {
+           expectMatches(
+               *aaOut, 0, per * n,
+               [&](size_t j) {
+                 return pattern(static_cast<int>(j / per), rank * per + j % per, t);
+               },
+               "alltoall large");
+         }});
   });
   for (int r = 1; r < n; ++r) {
-    EXPECT_EQ(allreduceOut[r]->bytes, allreduceOut[0]->bytes) << "rank " << r << " differs from rank 0";
+    EXPECT_EQ(allreduceOut[r]->bytes, allreduceOut[0]->bytes)
+        << "rank " << r << " differs from rank 0";
   }
 }
 
@@ -556,13 +599,15 @@ TEST(CollSlicing, OddSliceAndChunkSizes) {
         check(xcclBroadcast(bc.data(), bc.data(), count, t, 2, comm, nullptr), comm);
         check(xcclReduce(rdIn.data(), rdOut.data(), count, t, xcclMin, 1, comm, nullptr), comm);
         waitAll(comm);
-        expectMatches(ar, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
-                      "allreduce ring " + tag);
-        expectMatches(bc, 0, count, [&](size_t i) { return pattern(2, i, t); },
-                      "broadcast chain " + tag);
+        expectMatches(
+            ar, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
+            "allreduce ring " + tag);
+        expectMatches(
+            bc, 0, count, [&](size_t i) { return pattern(2, i, t); }, "broadcast chain " + tag);
         if (rank == 1) {
-          expectMatches(rdOut, 0, count, [&](size_t i) { return reduceExpected(xcclMin, t, n, i); },
-                        "reduce chain " + tag);
+          expectMatches(
+              rdOut, 0, count, [&](size_t i) { return reduceExpected(xcclMin, t, n, i); },
+              "reduce chain " + tag);
         }
       }
     }

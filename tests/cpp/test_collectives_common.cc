@@ -24,7 +24,8 @@ ThreadWorld::~ThreadWorld() {
 }
 
 void ThreadWorld::run(const std::function<void(int, xcclComm_t)>& fn, int timeoutSec) {
-  xccl_test::runThreads(n_, [&](int rank) { fn(rank, comms_[rank]); }, timeoutSec);
+  xccl_test::runThreads(
+      n_, [&](int rank) { fn(rank, comms_[rank]); }, timeoutSec);
 }
 
 }  // namespace xccl_coll_test

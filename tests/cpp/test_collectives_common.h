@@ -10,11 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <memory>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,13 +25,13 @@
 namespace xccl_coll_test {
 
 inline const std::vector<xcclDataType_t>& allTypes() {
-  static const std::vector<xcclDataType_t> v = {xcclFloat32, xcclFloat64, xcclFloat16,
-                                                xcclBfloat16, xcclInt8,   xcclUint8,
-                                                xcclInt32,   xcclInt64,   xcclBool};
+  static const std::vector<xcclDataType_t> v = {xcclFloat32,  xcclFloat64, xcclFloat16,
+                                                xcclBfloat16, xcclInt8,    xcclUint8,
+                                                xcclInt32,    xcclInt64,   xcclBool};
   return v;
 }
 inline const std::vector<xcclRedOp_t>& allOps() {
-  static const std::vector<xcclRedOp_t> v = {xcclSum, xcclProd, xcclMax,  xcclMin, xcclAvg,
+  static const std::vector<xcclRedOp_t> v = {xcclSum,       xcclProd, xcclMax, xcclMin, xcclAvg,
                                              xcclPremulSum, xcclBand, xcclBor, xcclBxor};
   return v;
 }
@@ -46,13 +46,27 @@ inline bool supported(xcclDataType_t t, xcclRedOp_t op) {
 inline void store(void* buf, size_t i, xcclDataType_t t, double v) {
   auto* p = static_cast<char*>(buf);
   switch (t) {
-    case xcclInt8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case xcclUint8: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case xcclBool: reinterpret_cast<uint8_t*>(p)[i] = v != 0; break;
-    case xcclInt32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case xcclInt64: reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case xcclFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case xcclFloat64: reinterpret_cast<double*>(p)[i] = v; break;
+    case xcclInt8:
+      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
+      break;
+    case xcclUint8:
+      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case xcclBool:
+      reinterpret_cast<uint8_t*>(p)[i] = v != 0;
+      break;
+    case xcclInt32:
+      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
+      break;
+    case xcclInt64:
+      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case xcclFloat32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case xcclFloat64:
+      reinterpret_cast<double*>(p)[i] = v;
+      break;
     case xcclFloat16:
       reinterpret_cast<xccl::Half*>(p)[i] =
           xccl::fromFloat(static_cast<float>(v), static_cast<xccl::Half*>(nullptr));
@@ -61,22 +75,33 @@ inline void store(void* buf, size_t i, xcclDataType_t t, double v) {
       reinterpret_cast<xccl::BFloat16*>(p)[i] =
           xccl::fromFloat(static_cast<float>(v), static_cast<xccl::BFloat16*>(nullptr));
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
 inline double load(const void* buf, size_t i, xcclDataType_t t) {
   auto* p = static_cast<const char*>(buf);
   switch (t) {
-    case xcclInt8: return reinterpret_cast<const int8_t*>(p)[i];
-    case xcclUint8: case xcclBool: return reinterpret_cast<const uint8_t*>(p)[i];
-    case xcclInt32: return reinterpret_cast<const int32_t*>(p)[i];
-    case xcclInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    case xcclFloat32: return reinterpret_cast<const float*>(p)[i];
-    case xcclFloat64: return reinterpret_cast<const double*>(p)[i];
-    case xcclFloat16: return xccl::toFloat(reinterpret_cast<const xccl::Half*>(p)[i]);
-    case xcclBfloat16: return xccl::toFloat(reinterpret_cast<const xccl::BFloat16*>(p)[i]);
-    default: return NAN;
+    case xcclInt8:
+      return reinterpret_cast<const int8_t*>(p)[i];
+    case xcclUint8:
+    case xcclBool:
+      return reinterpret_cast<const uint8_t*>(p)[i];
+    case xcclInt32:
+      return reinterpret_cast<const int32_t*>(p)[i];
+    case xcclInt64:
+      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+    case xcclFloat32:
+      return reinterpret_cast<const float*>(p)[i];
+    case xcclFloat64:
+      return reinterpret_cast<const double*>(p)[i];
+    case xcclFloat16:
+      return xccl::toFloat(reinterpret_cast<const xccl::Half*>(p)[i]);
+    case xcclBfloat16:
+      return xccl::toFloat(reinterpret_cast<const xccl::BFloat16*>(p)[i]);
+    default:
+      return NAN;
   }
 }
 
@@ -91,14 +116,24 @@ inline double roundTo(xcclDataType_t t, double v) {
 inline double applyOp(xcclRedOp_t op, xcclDataType_t t, double a, double b) {
   auto i64 = [](double x) { return static_cast<int64_t>(x); };
   switch (op) {
-    case xcclSum: case xcclAvg: case xcclPremulSum: return roundTo(t, a + b);
-    case xcclProd: return roundTo(t, a * b);
-    case xcclMax: return a < b ? b : a;
-    case xcclMin: return b < a ? b : a;
-    case xcclBand: return roundTo(t, static_cast<double>(i64(a) & i64(b)));
-    case xcclBor: return roundTo(t, static_cast<double>(i64(a) | i64(b)));
-    case xcclBxor: return roundTo(t, static_cast<double>(i64(a) ^ i64(b)));
-    default: return NAN;
+    case xcclSum:
+    case xcclAvg:
+    case xcclPremulSum:
+      return roundTo(t, a + b);
+    case xcclProd:
+      return roundTo(t, a * b);
+    case xcclMax:
+      return a < b ? b : a;
+    case xcclMin:
+      return b < a ? b : a;
+    case xcclBand:
+      return roundTo(t, static_cast<double>(i64(a) & i64(b)));
+    case xcclBor:
+      return roundTo(t, static_cast<double>(i64(a) | i64(b)));
+    case xcclBxor:
+      return roundTo(t, static_cast<double>(i64(a) ^ i64(b)));
+    default:
+      return NAN;
   }
 }
 
@@ -124,9 +159,18 @@ inline double reduceInput(xcclRedOp_t op, xcclDataType_t t, int rank, size_t j) 
         v = f[(r + i) % 3];
         break;
       }
-      case xcclMax: case xcclMin: v = static_cast<double>((r * 5 + i * 7) % 11 - 5); break;
-      case xcclBand: case xcclBor: case xcclBxor: v = static_cast<double>((r * 37 + i * 11 + 5) % 128 - 64); break;
-      default: v = static_cast<double>((r * 7 + i * 3) % 5 - 2); break;
+      case xcclMax:
+      case xcclMin:
+        v = static_cast<double>((r * 5 + i * 7) % 11 - 5);
+        break;
+      case xcclBand:
+      case xcclBor:
+      case xcclBxor:
+        v = static_cast<double>((r * 37 + i * 11 + 5) % 128 - 64);
+        break;
+      default:
+        v = static_cast<double>((r * 7 + i * 3) % 5 - 2);
+        break;
     }
   }
   return roundTo(t, v);

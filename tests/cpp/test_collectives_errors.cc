@@ -45,8 +45,9 @@ TEST(CollGroups, RingOfLargeSendsCompletesInsideAGroup) {
     check(xcclRecv(recv.data(), count, xcclFloat32, prev, comm, nullptr), comm);
     check(xcclGroupEnd());
     waitAll(comm);
-    expectMatches(recv, 0, count, [&](size_t i) { return pattern(prev, i, xcclFloat32); },
-                  "rank " + std::to_string(rank) + " recv from prev");
+    expectMatches(
+        recv, 0, count, [&](size_t i) { return pattern(prev, i, xcclFloat32); },
+        "rank " + std::to_string(rank) + " recv from prev");
   });
 }
 
@@ -75,11 +76,14 @@ TEST(CollGroups, CollectivesAndPointToPointInOneGroup) {
     check(xcclRecv(fromPrev.data(), count, t, prev, comm, nullptr), comm);
     check(xcclGroupEnd());
     waitAll(comm);
-    expectMatches(a, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); }, "sum");
-    expectMatches(b, 0, count, [&](size_t i) { return reduceExpected(xcclMax, t, n, i); }, "max");
-    expectMatches(fromPrev, 0, count, [&](size_t i) { return pattern(prev, i, t); }, "from prev");
-    expectMatches(fromNext, 0, count, [&](size_t i) { return pattern(next + 50, i, t); },
-                  "from next");
+    expectMatches(
+        a, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); }, "sum");
+    expectMatches(
+        b, 0, count, [&](size_t i) { return reduceExpected(xcclMax, t, n, i); }, "max");
+    expectMatches(
+        fromPrev, 0, count, [&](size_t i) { return pattern(prev, i, t); }, "from prev");
+    expectMatches(
+        fromNext, 0, count, [&](size_t i) { return pattern(next + 50, i, t); }, "from next");
   });
 }
 
@@ -105,8 +109,9 @@ TEST(CollRecvAny, ReceivesFromEverySenderOnceAndLeavesCollectiveDataAlone) {
       EXPECT_EQ(seen, (std::set<int>{1, 2, 3}));
       for (int k = 0; k < n - 1; ++k) {
         const int p = peers[k];
-        expectMatches(got[k], 0, count, [&](size_t i) { return p * 1000.0 + i; },
-                      "recvany message " + std::to_string(k) + " from rank " + std::to_string(p));
+        expectMatches(
+            got[k], 0, count, [&](size_t i) { return p * 1000.0 + i; },
+            "recvany message " + std::to_string(k) + " from rank " + std::to_string(p));
       }
     } else {
       Buf msg(t, count);
@@ -115,8 +120,9 @@ TEST(CollRecvAny, ReceivesFromEverySenderOnceAndLeavesCollectiveDataAlone) {
       check(xcclAllReduce(sum.data(), sum.data(), count, t, xcclSum, comm, nullptr), comm);
       waitAll(comm);
     }
-    expectMatches(sum, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
-                  "allreduce after recvany");
+    expectMatches(
+        sum, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
+        "allreduce after recvany");
   });
 }
 
@@ -134,16 +140,15 @@ TEST(CollErrors, UnsupportedOpDtypeAndBadArgumentsAreInvalidArgument) {
     EXPECT_EQ(xcclAllReduce(flags.data(), flags.data(), 16, xcclBool, xcclAvg, comm, nullptr),
               xcclInvalidArgument);
     unsigned char two = 2;
-    EXPECT_EQ(xcclAllReducePremulSum(flags.data(), flags.data(), 16, xcclBool, &two, comm,
-                                     nullptr),
+    EXPECT_EQ(xcclAllReducePremulSum(flags.data(), flags.data(), 16, xcclBool, &two, comm, nullptr),
               xcclInvalidArgument);
     EXPECT_EQ(xcclReduceScatter(a.data(), b.data(), 8, xcclFloat64, xcclBxor, comm, nullptr),
               xcclInvalidArgument);
-    EXPECT_EQ(xcclAllReduce(a.data(), b.data(), 16, xcclFloat32, static_cast<xcclRedOp_t>(42),
-                            comm, nullptr),
+    EXPECT_EQ(xcclAllReduce(a.data(), b.data(), 16, xcclFloat32, static_cast<xcclRedOp_t>(42), comm,
+                            nullptr),
               xcclInvalidArgument);
-    EXPECT_EQ(xcclAllReduce(a.data(), b.data(), 16, static_cast<xcclDataType_t>(17), xcclSum,
-                            comm, nullptr),
+    EXPECT_EQ(xcclAllReduce(a.data(), b.data(), 16, static_cast<xcclDataType_t>(17), xcclSum, comm,
+                            nullptr),
               xcclInvalidArgument);
     EXPECT_EQ(xcclBroadcast(a.data(), b.data(), 16, xcclFloat32, 2, comm, nullptr),
               xcclInvalidArgument);
@@ -154,7 +159,8 @@ TEST(CollErrors, UnsupportedOpDtypeAndBadArgumentsAreInvalidArgument) {
     for (size_t i = 0; i < 16; ++i) a.set(i, rank + 1.0);
     check(xcclAllReduce(a.data(), b.data(), 16, xcclFloat32, xcclSum, comm, nullptr), comm);
     waitAll(comm);
-    expectMatches(b, 0, 16, [](size_t) { return 3.0; }, "allreduce after rejected calls");
+    expectMatches(
+        b, 0, 16, [](size_t) { return 3.0; }, "allreduce after rejected calls");
     xcclResult_t async = xcclSuccess;
     check(xcclCommGetAsyncError(comm, &async), comm);
     EXPECT_EQ(async, xcclSuccess);
@@ -179,8 +185,10 @@ TEST(CollGroups, SelfSendAndReceiveInsideAGroup) {
     check(xcclRecv(toSelf.data(), count, t, rank, comm, nullptr), comm);
     check(xcclGroupEnd());
     waitAll(comm);
-    expectMatches(toSelf, 0, count, [&](size_t i) { return pattern(rank, i, t); }, "self");
-    expectMatches(fromPrev, 0, count, [&](size_t i) { return pattern(prev, i, t); }, "prev");
+    expectMatches(
+        toSelf, 0, count, [&](size_t i) { return pattern(rank, i, t); }, "self");
+    expectMatches(
+        fromPrev, 0, count, [&](size_t i) { return pattern(prev, i, t); }, "prev");
   });
 }
 
@@ -235,13 +243,14 @@ TEST(CollErrors, MismatchedCountsFailOnBothRanks) {
     SCOPED_TRACE(std::string("XCCL_ALGO=") + algo);
     Buf a(xcclFloat32, 200), b(xcclFloat32, 200);  // shared: the ranks must not finish
     Buf c(xcclFloat32, 200), d(xcclFloat32, 200);
-    expectBothFail(algo[0] ? algo : nullptr,
-                   [&](int rank, xcclComm_t comm) {
-                     size_t count = rank == 0 ? 100 : 200;
-                     return xcclAllReduce(rank ? c.data() : a.data(), rank ? d.data() : b.data(),
-                                          count, xcclFloat32, xcclSum, comm, nullptr);
-                   },
-                   "allreduce 100 vs 200 elements");
+    expectBothFail(
+        algo[0] ? algo : nullptr,
+        [&](int rank, xcclComm_t comm) {
+          size_t count = rank == 0 ? 100 : 200;
+          return xcclAllReduce(rank ? c.data() : a.data(), rank ? d.data() : b.data(), count,
+                               xcclFloat32, xcclSum, comm, nullptr);
+        },
+        "allreduce 100 vs 200 elements");
   }
 }
 
@@ -249,14 +258,14 @@ TEST(CollErrors, MismatchedCountsFailOnBothRanks) {
 // only sends, like a broadcast root, may legitimately complete; its next operation fails.)
 TEST(CollErrors, MismatchedCollectivesFailOnBothRanks) {
   Buf a(xcclFloat32, 64), b(xcclFloat32, 64), c(xcclFloat32, 64);
-  expectBothFail(nullptr,
-                 [&](int rank, xcclComm_t comm) {
-                   return rank == 0 ? xcclAllReduce(a.data(), a.data(), 64, xcclFloat32, xcclSum,
-                                                    comm, nullptr)
-                                    : xcclAllGather(b.data(), c.data(), 32, xcclFloat32, comm,
-                                                    nullptr);
-                 },
-                 "allreduce vs allgather");
+  expectBothFail(
+      nullptr,
+      [&](int rank, xcclComm_t comm) {
+        return rank == 0
+                   ? xcclAllReduce(a.data(), a.data(), 64, xcclFloat32, xcclSum, comm, nullptr)
+                   : xcclAllGather(b.data(), c.data(), 32, xcclFloat32, comm, nullptr);
+      },
+      "allreduce vs allgather");
 }
 
 TEST(CollErrors, ForcedAlgorithmThatDeclinesFailsTheCallNamingIt) {
@@ -279,51 +288,61 @@ void processCollectives(int n, const char* algo) {
   xcclUniqueId id;
   ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
   xccl_test::ScopedEnv env("XCCL_ALGO", algo);
-  xccl_test::runProcesses(n, [&](int rank) {
-    xcclConfig_t cfg{};
-    cfg.timeout_ms = 60000;
-    cfg.device = -1;
-    xcclComm_t comm = nullptr;
-    check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
-    for (size_t count : {size_t{1001}, size_t{(1u << 20) + 1}}) {
-      for (xcclDataType_t t : {xcclFloat32, xcclBfloat16, xcclInt64}) {
-        Buf ar(t, count), bc(t, count), ag(t, count * n), agIn(t, count), rsIn(t, count * n),
-            rs(t, count), aaIn(t, count * n), aa(t, count * n);
-        for (size_t i = 0; i < count; ++i) {
-          ar.set(i, reduceInput(xcclSum, t, rank, i));
-          bc.set(i, rank == 1 ? pattern(1, i, t) : 0);
-          agIn.set(i, pattern(rank, i, t));
+  xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        xcclConfig_t cfg{};
+        cfg.timeout_ms = 60000;
+        cfg.device = -1;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        for (size_t count : {size_t{1001}, size_t{(1u << 20) + 1}}) {
+          for (xcclDataType_t t : {xcclFloat32, xcclBfloat16, xcclInt64}) {
+            Buf ar(t, count), bc(t, count), ag(t, count * n), agIn(t, count), rsIn(t, count * n),
+                rs(t, count), aaIn(t, count * n), aa(t, count * n);
+            for (size_t i = 0; i < count; ++i) {
+              ar.set(i, reduceInput(xcclSum, t, rank, i));
+              bc.set(i, rank == 1 ? pattern(1, i, t) : 0);
+              agIn.set(i, pattern(rank, i, t));
+            }
+            for (size_t j = 0; j < count * n; ++j) {
+              rsIn.set(j, reduceInput(xcclMax, t, rank, j));
+              aaIn.set(j, pattern(rank, j, t));
+            }
+            check(xcclAllReduce(ar.data(), ar.data(), count, t, xcclSum, comm, nullptr), comm);
+            check(xcclBroadcast(bc.data(), bc.data(), count, t, 1, comm, nullptr), comm);
+            check(xcclAllGather(agIn.data(), ag.data(), count, t, comm, nullptr), comm);
+            check(xcclReduceScatter(rsIn.data(), rs.data(), count, t, xcclMax, comm, nullptr),
+                  comm);
+            check(xcclAllToAll(aaIn.data(), aa.data(), count, t, comm, nullptr), comm);
+            check(xcclBarrier(comm, nullptr), comm);
+            waitAll(comm);
+            std::string tag =
+                std::string(" ") + xcclTypeName(t) + " count " + std::to_string(count);
+            expectMatches(
+                ar, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
+                "allreduce" + tag);
+            expectMatches(
+                bc, 0, count, [&](size_t i) { return pattern(1, i, t); }, "broadcast" + tag);
+            expectMatches(
+                ag, 0, count * n,
+                [&](size_t j) { return pattern(static_cast<int>(j / count), j % count, t); },
+                "allgather" + tag);
+            expectMatches(
+                rs, 0, count,
+                [&](size_t i) { return reduceExpected(xcclMax, t, n, rank * count + i); },
+                "reducescatter" + tag);
+            expectMatches(
+                aa, 0, count * n,
+                [&](size_t j) {
+                  return pattern(static_cast<int>(j / count), rank * count + j % count, t);
+                },
+                "alltoall" + tag);
+          }
         }
-        for (size_t j = 0; j < count * n; ++j) {
-          rsIn.set(j, reduceInput(xcclMax, t, rank, j));
-          aaIn.set(j, pattern(rank, j, t));
-        }
-        check(xcclAllReduce(ar.data(), ar.data(), count, t, xcclSum, comm, nullptr), comm);
-        check(xcclBroadcast(bc.data(), bc.data(), count, t, 1, comm, nullptr), comm);
-        check(xcclAllGather(agIn.data(), ag.data(), count, t, comm, nullptr), comm);
-        check(xcclReduceScatter(rsIn.data(), rs.data(), count, t, xcclMax, comm, nullptr), comm);
-        check(xcclAllToAll(aaIn.data(), aa.data(), count, t, comm, nullptr), comm);
-        check(xcclBarrier(comm, nullptr), comm);
-        waitAll(comm);
-        std::string tag = std::string(" ") + xcclTypeName(t) + " count " + std::to_string(count);
-        expectMatches(ar, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
-                      "allreduce" + tag);
-        expectMatches(bc, 0, count, [&](size_t i) { return pattern(1, i, t); }, "broadcast" + tag);
-        expectMatches(ag, 0, count * n,
-                      [&](size_t j) { return pattern(static_cast<int>(j / count), j % count, t); },
-                      "allgather" + tag);
-        expectMatches(rs, 0, count,
-                      [&](size_t i) { return reduceExpected(xcclMax, t, n, rank * count + i); },
-                      "reducescatter" + tag);
-        expectMatches(aa, 0, count * n,
-                      [&](size_t j) {
-                        return pattern(static_cast<int>(j / count), rank * count + j % count, t);
-                      },
-                      "alltoall" + tag);
-      }
-    }
-    check(xcclCommDestroy(comm));
-  }, /*timeoutSec=*/120);
+        check(xcclCommDestroy(comm));
+      },
+      /*timeoutSec=*/120);
 }
 
 TEST(CollProcesses, ThreeRanksAutomatic) { processCollectives(3, nullptr); }
@@ -336,34 +355,38 @@ TEST(CollProcesses, KilledPeerMakesOthersFailFast) {
   const int n = 3, victim = 2;
   xcclUniqueId id;
   ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
-  auto status = xccl_test::runProcesses(n, [&](int rank) {
-    xcclConfig_t cfg{};
-    cfg.timeout_ms = 60000;
-    cfg.device = -1;
-    xcclComm_t comm = nullptr;
-    check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
-    const size_t count = 1u << 20;
-    Buf a(xcclFloat32, count);
-    a.fill(1);
-    check(xcclAllReduce(a.data(), a.data(), count, xcclFloat32, xcclSum, comm, nullptr), comm);
-    waitAll(comm);
-    EXPECT_EQ(a.get(0), n);
-    if (rank == victim) raise(SIGKILL);
-    auto t0 = Clock::now();
-    xcclResult_t r = xcclSuccess;
-    for (int k = 0; k < 5 && r == xcclSuccess; ++k) {
-      r = xcclAllReduce(a.data(), a.data(), count, xcclFloat32, xcclSum, comm, nullptr);
-      if (r == xcclSuccess) r = waitResult(comm);
-    }
-    EXPECT_NE(r, xcclSuccess) << "rank " << rank << ": allreduce with a dead peer succeeded";
-    EXPECT_LT(secondsSince(t0), 15.0) << "rank " << rank << " noticed the dead peer only at the timeout";
-    xcclResult_t async = xcclSuccess;
-    check(xcclCommGetAsyncError(comm, &async), comm);
-    EXPECT_NE(async, xcclSuccess);
-    fprintf(stderr, "rank %d: failed after %.2f s with %s: %s\n", rank, secondsSince(t0),
-            xcclGetErrorString(r), xcclGetLastError(comm));
-    xcclCommAbort(comm);
-  }, /*timeoutSec=*/60, /*expectAllSucceed=*/false);
+  auto status = xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        xcclConfig_t cfg{};
+        cfg.timeout_ms = 60000;
+        cfg.device = -1;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        const size_t count = 1u << 20;
+        Buf a(xcclFloat32, count);
+        a.fill(1);
+        check(xcclAllReduce(a.data(), a.data(), count, xcclFloat32, xcclSum, comm, nullptr), comm);
+        waitAll(comm);
+        EXPECT_EQ(a.get(0), n);
+        if (rank == victim) raise(SIGKILL);
+        auto t0 = Clock::now();
+        xcclResult_t r = xcclSuccess;
+        for (int k = 0; k < 5 && r == xcclSuccess; ++k) {
+          r = xcclAllReduce(a.data(), a.data(), count, xcclFloat32, xcclSum, comm, nullptr);
+          if (r == xcclSuccess) r = waitResult(comm);
+        }
+        EXPECT_NE(r, xcclSuccess) << "rank " << rank << ": allreduce with a dead peer succeeded";
+        EXPECT_LT(secondsSince(t0), 15.0)
+            << "rank " << rank << " noticed the dead peer only at the timeout";
+        xcclResult_t async = xcclSuccess;
+        check(xcclCommGetAsyncError(comm, &async), comm);
+        EXPECT_NE(async, xcclSuccess);
+        fprintf(stderr, "rank %d: failed after %.2f s with %s: %s\n", rank, secondsSince(t0),
+                xcclGetErrorString(r), xcclGetLastError(comm));
+        xcclCommAbort(comm);
+      },
+      /*timeoutSec=*/60, /*expectAllSucceed=*/false);
   for (auto& [rank, st] : status) {
     if (rank == victim) {
       EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "victim status " << st;

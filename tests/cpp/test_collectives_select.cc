@@ -37,10 +37,10 @@ class Select : public ::testing::Test {
 TEST_F(Select, EveryCollectiveHasAnAlgorithm) {
   std::set<CollType> covered;
   for (const auto& a : xccl::allAlgorithms()) covered.insert(a.type);
-  for (CollType t : {CollType::kAllReduce, CollType::kBroadcast, CollType::kReduce,
-                     CollType::kAllGather, CollType::kReduceScatter, CollType::kAllToAll,
-                     CollType::kAllToAllv, CollType::kGather, CollType::kScatter,
-                     CollType::kBarrier}) {
+  for (CollType t :
+       {CollType::kAllReduce, CollType::kBroadcast, CollType::kReduce, CollType::kAllGather,
+        CollType::kReduceScatter, CollType::kAllToAll, CollType::kAllToAllv, CollType::kGather,
+        CollType::kScatter, CollType::kBarrier}) {
     EXPECT_TRUE(covered.count(t)) << xccl::collName(t);
   }
 }

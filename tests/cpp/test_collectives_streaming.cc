@@ -29,17 +29,21 @@ TEST(CollStreaming, ForcedStreamingStoresKeepEveryResult) {
         check(xcclBroadcast(in.data(), bcast.data(), count, t, /*root=*/2, comm, nullptr), comm);
         waitAll(comm);
         const std::string what = std::string(algo) + " count " + std::to_string(count);
-        expectMatches(sum, 0, count, [&](size_t i) {
-          double s = 0;
-          for (int r = 0; r < n; ++r) s += pattern(r, i, t);
-          return s;
-        }, "allreduce " + what);
+        expectMatches(
+            sum, 0, count,
+            [&](size_t i) {
+              double s = 0;
+              for (int r = 0; r < n; ++r) s += pattern(r, i, t);
+              return s;
+            },
+            "allreduce " + what);
         for (int r = 0; r < n; ++r) {
-          expectMatches(gathered, r * count, count, [&](size_t i) { return pattern(r, i, t); },
-                        "allgather block " + std::to_string(r) + " " + what);
+          expectMatches(
+              gathered, r * count, count, [&](size_t i) { return pattern(r, i, t); },
+              "allgather block " + std::to_string(r) + " " + what);
         }
-        expectMatches(bcast, 0, count, [&](size_t i) { return pattern(2, i, t); },
-                      "broadcast " + what);
+        expectMatches(
+            bcast, 0, count, [&](size_t i) { return pattern(2, i, t); }, "broadcast " + what);
       }
     });
   }

@@ -168,28 +168,35 @@ TEST(UniqueIdStore, ThreadsShareKeys) {
   xccl::createUniqueId(&id);
   EXPECT_EQ(xccl::uniqueIdSecret(id).size(), 64u);
   const int n = 4;
-  xccl_test::runThreads(n, [&](int rank) {
-    auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
-    store->set("k/" + std::to_string(rank), std::string(rank * 1000, 'a' + rank));
-    for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(store->get("k/" + std::to_string(r), Deadline::after(10000)),
-                std::string(r * 1000, 'a' + r));
-    }
-    EXPECT_THROW(store->get("never", Deadline::after(50)), xccl::Timeout);
-  }, 60);
+  xccl_test::runThreads(
+      n,
+      [&](int rank) {
+        auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
+        store->set("k/" + std::to_string(rank), std::string(rank * 1000, 'a' + rank));
+        for (int r = 0; r < n; ++r) {
+          EXPECT_EQ(store->get("k/" + std::to_string(r), Deadline::after(10000)),
+                    std::string(r * 1000, 'a' + r));
+        }
+        EXPECT_THROW(store->get("never", Deadline::after(50)), xccl::Timeout);
+      },
+      60);
 }
 
 TEST(UniqueIdStore, ProcessesShareKeys) {
   xcclUniqueId id;
   xccl::createUniqueId(&id);  // server thread lives in this (parent) process
   const int n = 3;
-  xccl_test::runProcesses(n, [&](int rank) {
-    auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
-    store->set("p/" + std::to_string(rank), std::to_string(getpid()));
-    std::set<std::string> pids;
-    for (int r = 0; r < n; ++r) pids.insert(store->get("p/" + std::to_string(r), Deadline::after(10000)));
-    EXPECT_EQ(pids.size(), static_cast<size_t>(n));
-  }, 60);
+  xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
+        store->set("p/" + std::to_string(rank), std::to_string(getpid()));
+        std::set<std::string> pids;
+        for (int r = 0; r < n; ++r)
+          pids.insert(store->get("p/" + std::to_string(r), Deadline::after(10000)));
+        EXPECT_EQ(pids.size(), static_cast<size_t>(n));
+      },
+      60);
 }
 
 TEST(UniqueIdStore, WrongSecretIsRefused) {

@@ -97,7 +97,8 @@ void moveBytes(PeerSetup& s, int rank, int nranks, uint64_t bytes, Streams& st) 
         for (size_t i = 0; i < n; ++i) {
           if (b[i] != pattern(p, rank, st.recvd[p] + i)) {
             FAIL() << "rank " << rank << ": byte " << st.recvd[p] + i << " from rank " << p
-                   << " is " << int(b[i]) << ", expected " << int(pattern(p, rank, st.recvd[p] + i));
+                   << " is " << int(b[i]) << ", expected "
+                   << int(pattern(p, rank, st.recvd[p] + i));
           }
         }
         c->consumeRecv(n);
@@ -128,8 +129,8 @@ void checkSetup(const PeerSetup& s, Mode mode, int rank, int nranks) {
 void rankBody(xccl::Store& store, Mode mode, int rank, int nranks, const std::string& secret) {
   std::atomic<bool> abortFlag{false};
   xccl::Device& dev = xccl::getDevice(-1);
-  PeerSetup s = xccl::connectPeers(store, rank, nranks, secret, dev, Deadline::after(30000),
-                                   abortFlag);
+  PeerSetup s =
+      xccl::connectPeers(store, rank, nranks, secret, dev, Deadline::after(30000), abortFlag);
   checkSetup(s, mode, rank, nranks);
   Streams st(nranks);
   for (uint64_t bytes : {uint64_t(0), uint64_t(1), uint64_t(1237), uint64_t((4u << 20) + 48)}) {
@@ -145,11 +146,14 @@ TEST_P(ConnectTest, Threads) {
   xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", mode == Mode::kTcp ? "1" : nullptr);
   auto store = xccl::makeMemoryStore();
   std::string secret = xccl::randomSecret();
-  xccl_test::runThreads(nranks, [&](int rank) {
-    if (mode == Mode::kMixed) xccl::setThreadHostIdOverride(fakeHost(rank));
-    rankBody(*store, mode, rank, nranks, secret);
-    xccl::setThreadHostIdOverride("");
-  }, 90);
+  xccl_test::runThreads(
+      nranks,
+      [&](int rank) {
+        if (mode == Mode::kMixed) xccl::setThreadHostIdOverride(fakeHost(rank));
+        rankBody(*store, mode, rank, nranks, secret);
+        xccl::setThreadHostIdOverride("");
+      },
+      90);
 }
 
 TEST_P(ConnectTest, Processes) {
@@ -157,11 +161,14 @@ TEST_P(ConnectTest, Processes) {
   xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", mode == Mode::kTcp ? "1" : nullptr);
   xcclUniqueId id;
   xccl::createUniqueId(&id);
-  xccl_test::runProcesses(nranks, [&](int rank) {
-    if (mode == Mode::kMixed) setenv("XCCL_NODE_ID", fakeHost(rank), 1);
-    auto store = xccl::connectUniqueIdStore(id, Deadline::after(30000));
-    rankBody(*store, mode, rank, nranks, xccl::uniqueIdSecret(id));
-  }, 90);
+  xccl_test::runProcesses(
+      nranks,
+      [&](int rank) {
+        if (mode == Mode::kMixed) setenv("XCCL_NODE_ID", fakeHost(rank), 1);
+        auto store = xccl::connectUniqueIdStore(id, Deadline::after(30000));
+        rankBody(*store, mode, rank, nranks, xccl::uniqueIdSecret(id));
+      },
+      90);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ConnectTest,
@@ -177,29 +184,35 @@ TEST(Connect, TinyRingsWrapManyTimes) {
   xccl_test::ScopedEnv tcpSize("XCCL_SOCKET_BUFFSIZE", "4096");
   auto store = xccl::makeMemoryStore();
   std::string secret = xccl::randomSecret();
-  xccl_test::runThreads(3, [&](int rank) {
-    xccl::setThreadHostIdOverride(fakeHost(rank));  // 0-2 over SHM, 1 over TCP
-    rankBody(*store, Mode::kMixed, rank, 3, secret);
-    xccl::setThreadHostIdOverride("");
-  }, 90);
+  xccl_test::runThreads(
+      3,
+      [&](int rank) {
+        xccl::setThreadHostIdOverride(fakeHost(rank));  // 0-2 over SHM, 1 over TCP
+        rankBody(*store, Mode::kMixed, rank, 3, secret);
+        xccl::setThreadHostIdOverride("");
+      },
+      90);
 }
 
 TEST(Connect, BadRingSizeIsRejected) {
   xccl_test::ScopedEnv shmSize("XCCL_SHM_BUFFSIZE", "1000");  // not a multiple of 64
   auto store = xccl::makeMemoryStore();
   std::atomic<bool> abortFlag{false};
-  xccl_test::runThreads(2, [&](int rank) {
-    EXPECT_THROW(xccl::connectPeers(*store, rank, 2, "s", xccl::getDevice(-1),
-                                    Deadline::after(10000), abortFlag),
-                 xccl::InvalidUsage);
-  }, 60);
+  xccl_test::runThreads(
+      2,
+      [&](int rank) {
+        EXPECT_THROW(xccl::connectPeers(*store, rank, 2, "s", xccl::getDevice(-1),
+                                        Deadline::after(10000), abortFlag),
+                     xccl::InvalidUsage);
+      },
+      60);
 }
 
 TEST(Connect, SingleRankHasNoConnections) {
   auto store = xccl::makeMemoryStore();
   std::atomic<bool> abortFlag{false};
-  PeerSetup s = xccl::connectPeers(*store, 0, 1, "s", xccl::getDevice(-1), Deadline::after(1000),
-                                   abortFlag);
+  PeerSetup s =
+      xccl::connectPeers(*store, 0, 1, "s", xccl::getDevice(-1), Deadline::after(1000), abortFlag);
   ASSERT_EQ(s.connections.size(), 1u);
   EXPECT_EQ(s.connections[0], nullptr);
   EXPECT_EQ(s.peers[0].pid, getpid());
@@ -209,9 +222,9 @@ TEST(Connect, MissingPeerTimesOutAndAbortStopsTheWait) {
   auto store = xccl::makeMemoryStore();
   std::atomic<bool> abortFlag{false};
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_THROW(xccl::connectPeers(*store, 0, 2, "s", xccl::getDevice(-1), Deadline::after(300),
-                                  abortFlag),
-               xccl::Timeout);
+  EXPECT_THROW(
+      xccl::connectPeers(*store, 0, 2, "s", xccl::getDevice(-1), Deadline::after(300), abortFlag),
+      xccl::Timeout);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 
   auto store2 = xccl::makeMemoryStore();
@@ -220,9 +233,9 @@ TEST(Connect, MissingPeerTimesOutAndAbortStopsTheWait) {
     abortFlag.store(true);
   });
   t0 = std::chrono::steady_clock::now();
-  EXPECT_THROW(xccl::connectPeers(*store2, 1, 2, "s", xccl::getDevice(-1), Deadline::never(),
-                                  abortFlag),
-               xccl::InvalidUsage);
+  EXPECT_THROW(
+      xccl::connectPeers(*store2, 1, 2, "s", xccl::getDevice(-1), Deadline::never(), abortFlag),
+      xccl::InvalidUsage);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   aborter.join();
 }
@@ -231,14 +244,17 @@ TEST(Connect, ShmSecretMismatchIsRefused) {
   auto store = xccl::makeMemoryStore();
   std::atomic<bool> abortFlag{false};
   std::string errors[2];
-  xccl_test::runThreads(2, [&](int rank) {
-    try {
-      xccl::connectPeers(*store, rank, 2, rank == 0 ? "secret-a" : "secret-b",
-                         xccl::getDevice(-1), Deadline::after(10000), abortFlag);
-    } catch (const xccl::Error& e) {
-      errors[rank] = e.what();
-    }
-  }, 60);
+  xccl_test::runThreads(
+      2,
+      [&](int rank) {
+        try {
+          xccl::connectPeers(*store, rank, 2, rank == 0 ? "secret-a" : "secret-b",
+                             xccl::getDevice(-1), Deadline::after(10000), abortFlag);
+        } catch (const xccl::Error& e) {
+          errors[rank] = e.what();
+        }
+      },
+      60);
   // Whoever maps first refuses on the secret; the other may instead find the ring
   // already gone (its owner failed and closed it). Neither may connect.
   EXPECT_FALSE(errors[0].empty());
@@ -320,17 +336,18 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
     xccl::net::putU32(refusedSecret, 1);
     xccl::net::putU32(refusedSecret, 1);
     std::vector<Attempt> attempts = {
-        {tcpHello(0, 1, wrong), refusedSecret},                     // wrong secret
-        {std::string(300, 'G'), ""},                                 // garbage
-        {tcpHello(0, 1, secret).substr(0, 10), ""},                  // truncated, then EOF
-        {tcpHello(0, 1, wrong.substr(0, 63)), refusedSecret},       // secret one byte short
+        {tcpHello(0, 1, wrong), refusedSecret},                // wrong secret
+        {std::string(300, 'G'), ""},                           // garbage
+        {tcpHello(0, 1, secret).substr(0, 10), ""},            // truncated, then EOF
+        {tcpHello(0, 1, wrong.substr(0, 63)), refusedSecret},  // secret one byte short
     };
     for (const Attempt& a : attempts) {
       int fd = rawConnect(target.tcpAddr);
       send(fd, a.bytes.data(), a.bytes.size(), MSG_NOSIGNAL);
       shutdown(fd, SHUT_WR);
       std::string got = readAllUntilEof(fd);
-      if (got != a.expect) spyLog += "unexpected answer of " + std::to_string(got.size()) + " bytes; ";
+      if (got != a.expect)
+        spyLog += "unexpected answer of " + std::to_string(got.size()) + " bytes; ";
       close(fd);
     }
     spyDone.store(true);
@@ -338,9 +355,13 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
   // Rank 0 publishes itself but does not read rank 1's address (and so does not
   // connect) until the spy is done; meanwhile rank 1 sits in its accept loop.
   GatedStore gated(*store, "peer/1", spyDone);
-  xccl_test::runThreads(2, [&](int rank) {
-    rankBody(rank == 0 ? static_cast<xccl::Store&>(gated) : *store, Mode::kTcp, rank, 2, secret);
-  }, 90);
+  xccl_test::runThreads(
+      2,
+      [&](int rank) {
+        rankBody(rank == 0 ? static_cast<xccl::Store&>(gated) : *store, Mode::kTcp, rank, 2,
+                 secret);
+      },
+      90);
   spy.join();
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(spyLog, "");
@@ -375,38 +396,41 @@ TEST_P(LivenessTest, PeerCloseIsSeenAfterItsLastBytes) {
   auto store = xccl::makeMemoryStore();
   std::atomic<bool> abortFlag{false};
   std::atomic<int> stage{0};
-  xccl_test::runThreads(2, [&](int rank) {
-    PeerSetup s = xccl::connectPeers(*store, rank, 2, "sec", xccl::getDevice(-1),
-                                     Deadline::after(10000), abortFlag);
-    xccl::Connection& c = *s.connections[1 - rank];
-    if (rank == 0) {
-      void* w = nullptr;
-      ASSERT_EQ(c.reserveSend(&w, 100), 100u);
-      std::memset(w, 0xab, 100);
-      c.commitSend(100);
-      c.close();
-      c.close();  // idempotent
-      stage.store(1);
-      while (stage.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return;
-    }
-    while (stage.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    // The bytes sent before the close are still delivered...
-    size_t got = 0;
-    Deadline d = Deadline::after(5000);
-    while (got < 100 && !d.expired()) {
-      c.progress();
-      const void* w = nullptr;
-      size_t n = c.peekRecv(&w);
-      for (size_t i = 0; i < n; ++i) EXPECT_EQ(static_cast<const unsigned char*>(w)[i], 0xab);
-      c.consumeRecv(n);
-      got += n;
-    }
-    EXPECT_EQ(got, 100u);
-    // ...and then the closure surfaces, fast.
-    EXPECT_LT(timeUntilRemoteError(c, 2000).count(), 1000);
-    stage.store(2);
-  }, 60);
+  xccl_test::runThreads(
+      2,
+      [&](int rank) {
+        PeerSetup s = xccl::connectPeers(*store, rank, 2, "sec", xccl::getDevice(-1),
+                                         Deadline::after(10000), abortFlag);
+        xccl::Connection& c = *s.connections[1 - rank];
+        if (rank == 0) {
+          void* w = nullptr;
+          ASSERT_EQ(c.reserveSend(&w, 100), 100u);
+          std::memset(w, 0xab, 100);
+          c.commitSend(100);
+          c.close();
+          c.close();  // idempotent
+          stage.store(1);
+          while (stage.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          return;
+        }
+        while (stage.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        // The bytes sent before the close are still delivered...
+        size_t got = 0;
+        Deadline d = Deadline::after(5000);
+        while (got < 100 && !d.expired()) {
+          c.progress();
+          const void* w = nullptr;
+          size_t n = c.peekRecv(&w);
+          for (size_t i = 0; i < n; ++i) EXPECT_EQ(static_cast<const unsigned char*>(w)[i], 0xab);
+          c.consumeRecv(n);
+          got += n;
+        }
+        EXPECT_EQ(got, 100u);
+        // ...and then the closure surfaces, fast.
+        EXPECT_LT(timeUntilRemoteError(c, 2000).count(), 1000);
+        stage.store(2);
+      },
+      60);
 }
 
 TEST_P(LivenessTest, KilledProcessIsSeenQuickly) {
@@ -414,26 +438,31 @@ TEST_P(LivenessTest, KilledProcessIsSeenQuickly) {
   xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", mode == Mode::kTcp ? "1" : nullptr);
   xcclUniqueId id;
   xccl::createUniqueId(&id);
-  auto status = xccl_test::runProcesses(2, [&](int rank) {
-    auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
-    std::atomic<bool> abortFlag{false};
-    PeerSetup s = xccl::connectPeers(*store, rank, 2, xccl::uniqueIdSecret(id),
-                                     xccl::getDevice(-1), Deadline::after(10000), abortFlag);
-    if (rank == 1) {
-      store->get("peer/done/0", Deadline::after(10000));  // rank 0 has mapped our ring
-      auto now = std::chrono::steady_clock::now().time_since_epoch();
-      store->set("killed-at", std::to_string(
-                                  std::chrono::duration_cast<std::chrono::microseconds>(now).count()));
-      raise(SIGKILL);
-    }
-    xccl::Connection& c = *s.connections[1];
-    auto waited = timeUntilRemoteError(c, 10000);
-    EXPECT_LT(waited.count(), 10000) << "death of rank 1 never surfaced";
-    auto now = std::chrono::duration_cast<std::chrono::microseconds>(
-                   std::chrono::steady_clock::now().time_since_epoch()).count();
-    int64_t killedAt = std::stoll(store->get("killed-at", Deadline::after(1000)));
-    EXPECT_LT(now - killedAt, 1000000) << "took " << (now - killedAt) / 1000 << " ms";
-  }, 60, /*expectAllSucceed=*/false);
+  auto status = xccl_test::runProcesses(
+      2,
+      [&](int rank) {
+        auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
+        std::atomic<bool> abortFlag{false};
+        PeerSetup s = xccl::connectPeers(*store, rank, 2, xccl::uniqueIdSecret(id),
+                                         xccl::getDevice(-1), Deadline::after(10000), abortFlag);
+        if (rank == 1) {
+          store->get("peer/done/0", Deadline::after(10000));  // rank 0 has mapped our ring
+          auto now = std::chrono::steady_clock::now().time_since_epoch();
+          store->set(
+              "killed-at",
+              std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(now).count()));
+          raise(SIGKILL);
+        }
+        xccl::Connection& c = *s.connections[1];
+        auto waited = timeUntilRemoteError(c, 10000);
+        EXPECT_LT(waited.count(), 10000) << "death of rank 1 never surfaced";
+        auto now = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+        int64_t killedAt = std::stoll(store->get("killed-at", Deadline::after(1000)));
+        EXPECT_LT(now - killedAt, 1000000) << "took " << (now - killedAt) / 1000 << " ms";
+      },
+      60, /*expectAllSucceed=*/false);
   ASSERT_EQ(status.size(), 2u);
   EXPECT_TRUE(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0) << "rank 0 failed";
   EXPECT_TRUE(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL);
@@ -460,17 +489,20 @@ TEST(Connect, LeavesNothingInDevShm) {
   auto before = devShmEntries();
   xcclUniqueId id;
   xccl::createUniqueId(&id);
-  auto status = xccl_test::runProcesses(2, [&](int rank) {
-    auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
-    std::atomic<bool> abortFlag{false};
-    PeerSetup s = xccl::connectPeers(*store, rank, 2, xccl::uniqueIdSecret(id),
-                                     xccl::getDevice(-1), Deadline::after(10000), abortFlag);
-    EXPECT_STREQ(s.connections[1 - rank]->kind(), "SHM");
-    if (rank == 1) {
-      store->get("peer/done/0", Deadline::after(10000));
-      raise(SIGKILL);  // a crash must not leave anything behind either
-    }
-  }, 60, false);
+  auto status = xccl_test::runProcesses(
+      2,
+      [&](int rank) {
+        auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
+        std::atomic<bool> abortFlag{false};
+        PeerSetup s = xccl::connectPeers(*store, rank, 2, xccl::uniqueIdSecret(id),
+                                         xccl::getDevice(-1), Deadline::after(10000), abortFlag);
+        EXPECT_STREQ(s.connections[1 - rank]->kind(), "SHM");
+        if (rank == 1) {
+          store->get("peer/done/0", Deadline::after(10000));
+          raise(SIGKILL);  // a crash must not leave anything behind either
+        }
+      },
+      60, false);
   EXPECT_EQ(devShmEntries(), before);
 }
 

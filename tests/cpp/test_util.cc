@@ -115,8 +115,8 @@ std::map<int, int> runProcesses(int nranks, const std::function<void(int)>& fn, 
         if (!status.count(r)) {
           waitpid(pid, &st, 0);
           status[r] = st;
-          ADD_FAILURE() << "rank " << r << " (pid " << pid << ") hung: killed after "
-                        << timeoutSec << " s";
+          ADD_FAILURE() << "rank " << r << " (pid " << pid << ") hung: killed after " << timeoutSec
+                        << " s";
         }
       }
       break;

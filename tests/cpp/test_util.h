@@ -2,11 +2,11 @@
 // timeouts so that a hang fails the test instead of stalling CI.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <condition_variable>
 #include <string>
 
 #include "xccl.h"

@@ -115,13 +115,16 @@ std::string worldUnsupportedReason(Coll c, int nranks) {
 double busFactor(Coll c, int nranks) {
   double n = nranks;
   switch (c) {
-    case Coll::kAllReduce: return 2.0 * (n - 1) / n;
+    case Coll::kAllReduce:
+      return 2.0 * (n - 1) / n;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
     case Coll::kGather:
-    case Coll::kScatter: return (n - 1) / n;
-    default: return 1.0;
+    case Coll::kScatter:
+      return (n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 

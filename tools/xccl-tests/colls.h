@@ -13,8 +13,17 @@
 
 namespace xt {
 
-enum class Coll { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll,
-                  kSendRecv, kGather, kScatter };
+enum class Coll {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kSendRecv,
+  kGather,
+  kScatter
+};
 
 struct CollInfo {
   Coll coll;
@@ -37,7 +46,7 @@ struct Layout {
   size_t sendElems = 0;  // out-of-place send buffer
   size_t recvElems = 0;  // out-of-place recv buffer
   size_t bytes = 0;
-  size_t inElems = 0;    // in-place: one buffer of inElems; send and recv at these offsets
+  size_t inElems = 0;  // in-place: one buffer of inElems; send and recv at these offsets
   size_t inSendOff = 0;
   size_t inRecvOff = 0;
 };

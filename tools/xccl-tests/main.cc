@@ -69,8 +69,8 @@ Launcher detectLauncher() {
       l.world = std::atoi(env(v.size));
       l.localRank = env(v.local) ? std::atoi(env(v.local)) : 0;
       if (l.world < 1 || l.rank < 0 || l.rank >= l.world) {
-        die(xt::kExitUsage, std::string("bad rank/size from ") + v.name + ": " + env(v.rank) + "/" +
-                                env(v.size));
+        die(xt::kExitUsage,
+            std::string("bad rank/size from ") + v.name + ": " + env(v.rank) + "/" + env(v.size));
       }
       return l;
     }
@@ -86,8 +86,8 @@ void validate(const Options& o, int nranks) {
     std::string whyNot = xt::worldUnsupportedReason(c, nranks);
     if (!whyNot.empty()) die(xt::kExitUsage, std::string(ci.name) + ": " + whyNot);
     if (ci.hasRoot && o.root >= nranks) {
-      die(xt::kExitUsage, "-r " + std::to_string(o.root) + " is not a rank (" +
-                              std::to_string(nranks) + " ranks)");
+      die(xt::kExitUsage,
+          "-r " + std::to_string(o.root) + " is not a rank (" + std::to_string(nranks) + " ranks)");
     }
     if (!ci.hasOp || o.opsAll || o.typesAll) continue;
     for (xcclDataType_t t : o.types) {
@@ -164,18 +164,19 @@ int runProcesses(const Options& o, RankSetup base, int listenFd, xt::OobServer& 
       --left;
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : xt::kExitFailure;
       if (WIFSIGNALED(status)) {
-        std::fprintf(stderr, "xccl-tests: rank process %d killed by signal %d\n", static_cast<int>(pid),
-                     WTERMSIG(status));
+        std::fprintf(stderr, "xccl-tests: rank process %d killed by signal %d\n",
+                     static_cast<int>(pid), WTERMSIG(status));
       }
       worst = code > worst ? code : worst;
-      if (code == xt::kExitFailure && killDeadline == std::chrono::steady_clock::time_point::max()) {
+      if (code == xt::kExitFailure &&
+          killDeadline == std::chrono::steady_clock::time_point::max()) {
         killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
       }
       continue;
     }
     if (std::chrono::steady_clock::now() > killDeadline) {
-      std::fprintf(stderr, "xccl-tests: killing %zu rank process(es) still running after a failure\n",
-                   left);
+      std::fprintf(
+          stderr, "xccl-tests: killing %zu rank process(es) still running after a failure\n", left);
       for (pid_t p : pids) kill(p, SIGKILL);
       killDeadline = std::chrono::steady_clock::time_point::max();
     }
@@ -220,7 +221,8 @@ void readIdFile(const std::string& path, RankSetup* s, int timeoutSec) {
     if (in >> s->oobHost >> s->oobPort) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  die(xt::kExitFailure, "no rendezvous address in " + path + " after " + std::to_string(timeoutSec) + " s");
+  die(xt::kExitFailure,
+      "no rendezvous address in " + path + " after " + std::to_string(timeoutSec) + " s");
 }
 
 }  // namespace
@@ -282,7 +284,8 @@ int main(int argc, char** argv) {
       std::string host = env("XCCL_TESTS_ADDR") ? env("XCCL_TESTS_ADDR") : hostName();
       std::string tmp = idFile + ".tmp." + std::to_string(getpid());
       std::ofstream(tmp) << host << " " << port << "\n";
-      if (std::rename(tmp.c_str(), idFile.c_str()) != 0) die(xt::kExitFailure, "cannot write " + idFile);
+      if (std::rename(tmp.c_str(), idFile.c_str()) != 0)
+        die(xt::kExitFailure, "cannot write " + idFile);
       base.oobHost = "127.0.0.1";
       base.oobPort = port;
     } else {

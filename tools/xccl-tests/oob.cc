@@ -124,7 +124,9 @@ OobServer::OobServer(int listenFd, int world, int acceptTimeoutSec)
 
 OobServer::~OobServer() { join(); }
 
-void OobServer::start() { thread_ = std::thread([this] { run(); }); }
+void OobServer::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void OobServer::join() {
   if (thread_.joinable()) thread_.join();
@@ -144,7 +146,8 @@ void OobServer::run() {
   int connected = 0;
   while (connected < world_) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now()).count();
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
     pollfd p{listenFd_, POLLIN, 0};
     if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
       if (left > 0 && errno == EINTR) continue;
@@ -250,8 +253,8 @@ void OobClient::connect(const std::string& host, int port, int rank, int world, 
         fd_ = fd;
         return;
       }
-      lastErr = std::string("connect ") + host + ":" + std::to_string(port) + ": " +
-                std::strerror(errno);
+      lastErr =
+          std::string("connect ") + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
       if (fd >= 0) ::close(fd);
       freeaddrinfo(res);
     }

@@ -42,15 +42,16 @@ long toInt(const std::string& flag, const std::string& v, long lo, long hi) {
 
 size_t toSize(const std::string& flag, const std::string& v) {
   size_t x;
-  if (!parseSize(v, &x)) usageError(flag + " expects a size like 8, 64K, 128M or 1G, got '" + v + "'");
+  if (!parseSize(v, &x))
+    usageError(flag + " expects a size like 8, 64K, 128M or 1G, got '" + v + "'");
   return x;
 }
 
 // One command-line option: both parsers are generated from this table.
 struct Spec {
-  char shortName;        // 0 = long only
+  char shortName;  // 0 = long only
   const char* longName;
-  const char* argName;   // nullptr = flag without argument
+  const char* argName;  // nullptr = flag without argument
   const char* help;
   std::function<void(const std::string&)> set;
 };
@@ -72,7 +73,8 @@ void setColl(Options& o, const std::string& v) {
 
 std::vector<Spec> makeSpecs(Options& o, bool* help) {
   return {
-      {'C', "coll", "NAME", "collective (also positional): all_reduce, all_gather, reduce_scatter, "
+      {'C', "coll", "NAME",
+       "collective (also positional): all_reduce, all_gather, reduce_scatter, "
        "broadcast, reduce, alltoall, sendrecv, gather, scatter, or all (= --conformance)",
        [&o](const std::string& v) { setColl(o, v); }},
       {'b', "minbytes", "SIZE", "minimum size in bytes (K/M/G suffixes), default 32M",
@@ -91,7 +93,8 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
          o.additiveStep = true;
          if (o.stepBytes == 0) usageError("-i expects a positive size");
        }},
-      {'o', "op", "OP", "sum|prod|min|max|avg|premulsum|band|bor|bxor|all (comma list ok), default sum",
+      {'o', "op", "OP",
+       "sum|prod|min|max|avg|premulsum|band|bor|bxor|all (comma list ok), default sum",
        [&o](const std::string& v) {
          o.ops.clear();
          o.opsGiven = true;
@@ -106,7 +109,8 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
            o.ops.push_back(op);
          }
        }},
-      {'d', "datatype", "TYPE", "float|double|half|bfloat16|int8|uint8|int32|int64|bool|all "
+      {'d', "datatype", "TYPE",
+       "float|double|half|bfloat16|int8|uint8|int32|int64|bool|all "
        "(comma list ok), default float",
        [&o](const std::string& v) {
          o.types.clear();
@@ -114,7 +118,8 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
          for (const std::string& name : splitList(v)) {
            if (name == "all") {
              o.typesAll = true;
-             for (int i = 0; i < xcclNumTypes; ++i) o.types.push_back(static_cast<xcclDataType_t>(i));
+             for (int i = 0; i < xcclNumTypes; ++i)
+               o.types.push_back(static_cast<xcclDataType_t>(i));
              continue;
            }
            xcclDataType_t t;
@@ -143,14 +148,17 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        [&o](const std::string& v) { o.nthreads = static_cast<int>(toInt("-t", v, 1, 1024)); }},
       {'p', "nprocs", "N", "fork N processes on this host (each with -t threads), default 1",
        [&o](const std::string& v) { o.nprocs = static_cast<int>(toInt("-p", v, 1, 1024)); }},
-      {'T', "timeout", "SEC", "per-operation timeout of the communicator and rendezvous, default 300",
+      {'T', "timeout", "SEC",
+       "per-operation timeout of the communicator and rendezvous, default 300",
        [&o](const std::string& v) { o.timeoutSec = static_cast<int>(toInt("-T", v, 1, 1 << 24)); }},
       {'s', "seed", "N", "seed of the generated inputs, default 1",
        [&o](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("-s", v, 0, 1L << 62)); }},
-      {0, "conformance", nullptr, "run the conformance matrix (collectives x types x ops x sizes x "
+      {0, "conformance", nullptr,
+       "run the conformance matrix (collectives x types x ops x sizes x "
        "in/out-of-place); exit 1 on any wrong or out-of-bounds element",
        [&o](const std::string&) { o.conformance = true; }},
-      {0, "inject-fault", nullptr, "self-test of the checker: the last rank corrupts one element "
+      {0, "inject-fault", nullptr,
+       "self-test of the checker: the last rank corrupts one element "
        "of every out-of-place result and one guard byte; every such check must then fail",
        [&o](const std::string&) { o.injectFault = true; }},
       {'v', "verbose", nullptr, "conformance: print every row, not just failing ones",
@@ -215,10 +223,14 @@ bool parseSize(const std::string& s, size_t* out) {
   double v = std::strtod(s.c_str(), &end);
   std::string suffix(end);
   double mult = 1;
-  if (suffix == "K" || suffix == "k") mult = 1024.0;
-  else if (suffix == "M" || suffix == "m") mult = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g") mult = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty()) return false;
+  if (suffix == "K" || suffix == "k")
+    mult = 1024.0;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g")
+    mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty())
+    return false;
   if (v < 0 || end == s.c_str()) return false;
   *out = static_cast<size_t>(v * mult);
   return true;
@@ -238,7 +250,8 @@ Options parseOptions(int argc, char** argv) {
       app.add_option_function<std::string>(names, s.set, s.help)->type_name(s.argName);
     } else {
       auto set = s.set;
-      app.add_flag_callback(names, [set] { set(""); }, s.help);
+      app.add_flag_callback(
+          names, [set] { set(""); }, s.help);
     }
   }
   std::vector<std::string> positional;

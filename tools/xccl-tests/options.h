@@ -21,7 +21,7 @@ struct Options {
   double stepFactor = 2;
   bool additiveStep = false;  // -i given without -f
   std::vector<xcclRedOp_t> ops = {xcclSum};
-  bool opsAll = false;        // -o all (or a list): skip unsupported combinations
+  bool opsAll = false;  // -o all (or a list): skip unsupported combinations
   std::vector<xcclDataType_t> types = {xcclFloat32};
   bool typesAll = false;
   bool opsGiven = false, typesGiven = false;
@@ -40,7 +40,9 @@ struct Options {
   bool conformance = false;
   bool verbose = false;
   bool injectFault = false;
-  std::string launcher = "none";  // set by main(): which launcher environment was used  // self-test: corrupt each result and a guard byte on the last rank
+  std::string launcher =
+      "none";  // set by main(): which launcher environment was used  // self-test: corrupt each
+               // result and a guard byte on the last rank
 };
 
 // Parses argv; on --help prints usage and exits 0; on a bad flag prints why and exits 2.

@@ -64,16 +64,18 @@ void Report::header(const std::vector<std::string>& rankLines, const std::string
               opt_.conformance ? "conformance" : "performance", version / 10000,
               version / 100 % 100, version % 100, deviceKind.c_str());
   if (opt_.conformance) {
-    std::printf("# nThread %d nProcs %d nRanks %d sizes: 0, 1, 3, 17, 1KiB+5 and 64KiB per buffer "
-                "validation: 1 seed: %llu timeout: %d s\n",
-                opt_.nthreads, opt_.nprocs, nranks_, static_cast<unsigned long long>(opt_.seed),
-                opt_.timeoutSec);
+    std::printf(
+        "# nThread %d nProcs %d nRanks %d sizes: 0, 1, 3, 17, 1KiB+5 and 64KiB per buffer "
+        "validation: 1 seed: %llu timeout: %d s\n",
+        opt_.nthreads, opt_.nprocs, nranks_, static_cast<unsigned long long>(opt_.seed),
+        opt_.timeoutSec);
   } else {
-    std::printf("# nThread %d nProcs %d nRanks %d minBytes %zu maxBytes %zu step: %s warmup iters: %d "
-                "iters: %d agg iters: %d validation: %d average: %d seed: %llu timeout: %d s\n",
-                opt_.nthreads, opt_.nprocs, nranks_, opt_.minBytes, opt_.maxBytes, step.c_str(),
-                opt_.warmup, opt_.iters, opt_.aggIters, opt_.check, opt_.average,
-                static_cast<unsigned long long>(opt_.seed), opt_.timeoutSec);
+    std::printf(
+        "# nThread %d nProcs %d nRanks %d minBytes %zu maxBytes %zu step: %s warmup iters: %d "
+        "iters: %d agg iters: %d validation: %d average: %d seed: %llu timeout: %d s\n",
+        opt_.nthreads, opt_.nprocs, nranks_, opt_.minBytes, opt_.maxBytes, step.c_str(),
+        opt_.warmup, opt_.iters, opt_.aggIters, opt_.check, opt_.average,
+        static_cast<unsigned long long>(opt_.seed), opt_.timeoutSec);
   }
   std::printf("# launcher: %s\n#\n# Using devices\n", opt_.launcher.c_str());
   for (const std::string& l : rankLines) std::printf("#  %s\n", l.c_str());
@@ -93,7 +95,7 @@ void Report::tableHeader(Coll c) {
   std::snprintf(p1, sizeof p1, place, "time", "algbw", "busbw", "#wrong");
   std::snprintf(p2, sizeof p2, place, "(us)", "(GB/s)", "(GB/s)", "");
   std::printf("#\n# Collective: %s   busbw = algbw * %s\n", collInfo(c).name,
-              c == Coll::kAllReduce ? "2(n-1)/n"
+              c == Coll::kAllReduce                                                   ? "2(n-1)/n"
               : (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kSendRecv) ? "1"
                                                                                       : "(n-1)/n");
   std::printf("#%*s%22s%13s%20s\n", static_cast<int>(std::strlen(cols)) - 1, "", "out-of-place", "",
@@ -140,18 +142,19 @@ void Report::skipped(Coll c, xcclDataType_t t, const std::string& op, const std:
 void Report::footer() {
   std::printf("#\n# Out of bounds values : %lld %s\n", static_cast<long long>(oob_),
               oob_ == 0 ? "OK" : "FAILED");
-  std::printf("# Avg bus bandwidth    : %g\n", bwCount_ ? bwSum_ / static_cast<double>(bwCount_) : 0.0);
+  std::printf("# Avg bus bandwidth    : %g\n",
+              bwCount_ ? bwSum_ / static_cast<double>(bwCount_) : 0.0);
   if (!skips_.empty()) {
     std::printf("# Skipped %zu unsupported combinations (e.g. %s)\n", skips_.size(),
                 skips_.front().c_str());
   }
   std::printf("#\n");
   if (opt_.conformance) {
-    std::printf("conformance: %lld checks, %lld wrong  (%lld wrong elements, %lld out-of-bounds "
-                "bytes, %zu unsupported combinations skipped, %d ranks)\n",
-                static_cast<long long>(checks_), static_cast<long long>(failedChecks_),
-                static_cast<long long>(wrong_), static_cast<long long>(oob_), skips_.size(),
-                nranks_);
+    std::printf(
+        "conformance: %lld checks, %lld wrong  (%lld wrong elements, %lld out-of-bounds "
+        "bytes, %zu unsupported combinations skipped, %d ranks)\n",
+        static_cast<long long>(checks_), static_cast<long long>(failedChecks_),
+        static_cast<long long>(wrong_), static_cast<long long>(oob_), skips_.size(), nranks_);
   }
   std::fflush(stdout);
 }
@@ -164,15 +167,15 @@ bool Report::writeJson(const std::string& path, const std::vector<std::string>& 
   std::fprintf(f, "{\n  \"tool\": \"xccl-tests\",\n  \"libxccl_version\": %d,\n", version);
   std::fprintf(f, "  \"mode\": \"%s\",\n  \"nranks\": %d,\n",
                opt_.conformance ? "conformance" : "performance", nranks_);
-  std::fprintf(f,
-               "  \"params\": {\"nthreads\": %d, \"nprocs\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, "
-               "\"stepfactor\": %g, \"stepbytes\": %zu, \"additive_step\": %s, \"iters\": %d, "
-               "\"warmup_iters\": %d, \"agg_iters\": %d, \"check\": %d, \"average\": %d, "
-               "\"seed\": %llu, \"timeout_s\": %d},\n",
-               opt_.nthreads, opt_.nprocs, opt_.minBytes, opt_.maxBytes, opt_.stepFactor,
-               opt_.stepBytes, opt_.additiveStep ? "true" : "false", opt_.iters, opt_.warmup,
-               opt_.aggIters, opt_.check, opt_.average, static_cast<unsigned long long>(opt_.seed),
-               opt_.timeoutSec);
+  std::fprintf(
+      f,
+      "  \"params\": {\"nthreads\": %d, \"nprocs\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, "
+      "\"stepfactor\": %g, \"stepbytes\": %zu, \"additive_step\": %s, \"iters\": %d, "
+      "\"warmup_iters\": %d, \"agg_iters\": %d, \"check\": %d, \"average\": %d, "
+      "\"seed\": %llu, \"timeout_s\": %d},\n",
+      opt_.nthreads, opt_.nprocs, opt_.minBytes, opt_.maxBytes, opt_.stepFactor, opt_.stepBytes,
+      opt_.additiveStep ? "true" : "false", opt_.iters, opt_.warmup, opt_.aggIters, opt_.check,
+      opt_.average, static_cast<unsigned long long>(opt_.seed), opt_.timeoutSec);
   std::fprintf(f, "  \"ranks\": [");
   for (size_t i = 0; i < rankLines.size(); ++i) {
     std::fprintf(f, "%s\"%s\"", i ? ", " : "", jsonEscape(rankLines[i]).c_str());
@@ -180,12 +183,13 @@ bool Report::writeJson(const std::string& path, const std::vector<std::string>& 
   std::fprintf(f, "],\n  \"results\": [\n");
   for (size_t i = 0; i < rows_.size(); ++i) {
     const Row& r = rows_[i];
-    std::fprintf(f,
-                 "    {\"collective\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, \"type\": \"%s\", "
-                 "\"redop\": \"%s\", \"root\": %d, \"out_of_place\": %s, \"in_place\": %s}%s\n",
-                 collInfo(r.coll).name, r.bytes, r.count, typeInfo(r.type).name, r.redop.c_str(),
-                 r.root, jsonPlace(r.place[0]).c_str(), jsonPlace(r.place[1]).c_str(),
-                 i + 1 < rows_.size() ? "," : "");
+    std::fprintf(
+        f,
+        "    {\"collective\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, \"type\": \"%s\", "
+        "\"redop\": \"%s\", \"root\": %d, \"out_of_place\": %s, \"in_place\": %s}%s\n",
+        collInfo(r.coll).name, r.bytes, r.count, typeInfo(r.type).name, r.redop.c_str(), r.root,
+        jsonPlace(r.place[0]).c_str(), jsonPlace(r.place[1]).c_str(),
+        i + 1 < rows_.size() ? "," : "");
   }
   std::fprintf(f, "  ],\n  \"skipped\": [");
   for (size_t i = 0; i < skips_.size(); ++i) {

@@ -11,12 +11,12 @@
 namespace xt {
 
 struct PlaceStats {
-  bool ran = false;     // false = not applicable, printed as N/A
-  double timeUs = 0;    // aggregated over ranks per -a
-  double algbw = 0;     // GB/s (1e9 B/s)
+  bool ran = false;   // false = not applicable, printed as N/A
+  double timeUs = 0;  // aggregated over ranks per -a
+  double algbw = 0;   // GB/s (1e9 B/s)
   double busbw = 0;
-  int64_t wrong = 0;    // summed over ranks
-  int64_t oob = 0;      // damaged guard bytes, summed over ranks
+  int64_t wrong = 0;  // summed over ranks
+  int64_t oob = 0;    // damaged guard bytes, summed over ranks
 };
 
 struct Row {
@@ -24,9 +24,9 @@ struct Row {
   size_t bytes = 0;
   size_t count = 0;
   xcclDataType_t type;
-  std::string redop;    // "none" without an op
-  int root = -1;        // -1 for unrooted collectives
-  PlaceStats place[2];  // 0 = out-of-place, 1 = in-place
+  std::string redop;               // "none" without an op
+  int root = -1;                   // -1 for unrooted collectives
+  PlaceStats place[2];             // 0 = out-of-place, 1 = in-place
   std::vector<std::string> notes;  // first wrong element per failing rank
   bool failed() const;
 };

@@ -76,7 +76,8 @@ struct CaseWire {
 
 double nowUs() {
   return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string hostName() {
@@ -224,7 +225,8 @@ PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bo
   if (out.oob && out.note.empty()) {
     out.note = std::to_string(out.oob) + " guard bytes around the buffers were overwritten";
   }
-  if (!out.note.empty()) out.note = "rank " + std::to_string(s_.rank) + " " + where + ": " + out.note;
+  if (!out.note.empty())
+    out.note = "rank " + std::to_string(s_.rank) + " " + where + ": " + out.note;
   return out;
 }
 
@@ -311,8 +313,9 @@ void RankRunner::perfMode() {
           a.count = l.count;
           runCase(a, l, true, caseNo++, false);
           if (bytes >= opt_.maxBytes) break;
-          size_t next = opt_.additiveStep ? bytes + opt_.stepBytes
-                                          : static_cast<size_t>(static_cast<double>(bytes) * opt_.stepFactor);
+          size_t next = opt_.additiveStep
+                            ? bytes + opt_.stepBytes
+                            : static_cast<size_t>(static_cast<double>(bytes) * opt_.stepFactor);
           bytes = next > bytes ? (next < opt_.maxBytes ? next : opt_.maxBytes) : bytes + 1;
         }
       }
@@ -345,7 +348,8 @@ void RankRunner::conformanceMode() {
           continue;
         }
         size_t es = typeInfo(t).size;
-        for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{17}, 1024 / es + 5, 65536 / es}) {
+        for (size_t count :
+             {size_t{0}, size_t{1}, size_t{3}, size_t{17}, 1024 / es + 5, 65536 / es}) {
           int root = ci.hasRoot ? (opt_.rootGiven ? opt_.root : caseNo % s_.nranks) : 0;
           OpArgs a{c, t, op, root, count};
           Layout l = layoutFromCount(c, count, es, s_.nranks, s_.rank);
@@ -369,8 +373,10 @@ int RankRunner::run() {
     if (printer_) {
       report_.header(rankLines_, getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE") : "host");
     }
-    if (opt_.conformance) conformanceMode();
-    else perfMode();
+    if (opt_.conformance)
+      conformanceMode();
+    else
+      perfMode();
     int code = kExitOk;
     if (printer_) {
       report_.footer();

@@ -19,7 +19,7 @@ const TypeInfo kTypes[] = {
     {xcclBool, "bool", 1, Kind::kBool, 0},
 };
 
-const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg",
+const char* const kOpNames[] = {"sum",       "prod", "max", "min", "avg",
                                 "premulsum", "band", "bor", "bxor"};
 
 uint64_t splitmix(uint64_t x) {
@@ -33,20 +33,18 @@ uint64_t splitmix(uint64_t x) {
 
 const TypeInfo& typeInfo(xcclDataType_t t) { return kTypes[static_cast<int>(t)]; }
 
-const char* opName(xcclRedOp_t op) {
-  return (op >= 0 && op < xcclNumOps) ? kOpNames[op] : "?";
-}
+const char* opName(xcclRedOp_t op) { return (op >= 0 && op < xcclNumOps) ? kOpNames[op] : "?"; }
 
 bool parseType(const std::string& s, xcclDataType_t* t) {
   static const struct {
     const char* name;
     xcclDataType_t t;
-  } kAliases[] = {{"float", xcclFloat32},   {"float32", xcclFloat32}, {"fp32", xcclFloat32},
-                  {"double", xcclFloat64},  {"float64", xcclFloat64}, {"fp64", xcclFloat64},
-                  {"half", xcclFloat16},    {"float16", xcclFloat16}, {"fp16", xcclFloat16},
-                  {"bfloat16", xcclBfloat16}, {"bf16", xcclBfloat16}, {"int8", xcclInt8},
-                  {"char", xcclInt8},       {"uint8", xcclUint8},     {"int32", xcclInt32},
-                  {"int", xcclInt32},       {"int64", xcclInt64},     {"bool", xcclBool}};
+  } kAliases[] = {{"float", xcclFloat32},     {"float32", xcclFloat32}, {"fp32", xcclFloat32},
+                  {"double", xcclFloat64},    {"float64", xcclFloat64}, {"fp64", xcclFloat64},
+                  {"half", xcclFloat16},      {"float16", xcclFloat16}, {"fp16", xcclFloat16},
+                  {"bfloat16", xcclBfloat16}, {"bf16", xcclBfloat16},   {"int8", xcclInt8},
+                  {"char", xcclInt8},         {"uint8", xcclUint8},     {"int32", xcclInt32},
+                  {"int", xcclInt32},         {"int64", xcclInt64},     {"bool", xcclBool}};
   for (const auto& a : kAliases) {
     if (s == a.name) {
       *t = a.t;
@@ -84,7 +82,7 @@ uint16_t floatToHalf(float f) {
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
   if (ax < 0x38800000u) {  // below 2^-14: subnormal half (unit 2^-24) or zero
     float a;
@@ -137,16 +135,55 @@ Value load(const void* buf, xcclDataType_t t, size_t idx) {
   const char* p = static_cast<const char*>(buf) + idx * typeInfo(t).size;
   Value v;
   switch (t) {
-    case xcclInt8: { int8_t x; std::memcpy(&x, p, 1); v.i = x; break; }
+    case xcclInt8: {
+      int8_t x;
+      std::memcpy(&x, p, 1);
+      v.i = x;
+      break;
+    }
     case xcclUint8:
-    case xcclBool: { uint8_t x; std::memcpy(&x, p, 1); v.i = x; break; }
-    case xcclInt32: { int32_t x; std::memcpy(&x, p, 4); v.i = x; break; }
-    case xcclInt64: { int64_t x; std::memcpy(&x, p, 8); v.i = x; break; }
-    case xcclFloat16: { uint16_t x; std::memcpy(&x, p, 2); v.f = halfToFloat(x); break; }
-    case xcclBfloat16: { uint16_t x; std::memcpy(&x, p, 2); v.f = bf16ToFloat(x); break; }
-    case xcclFloat32: { float x; std::memcpy(&x, p, 4); v.f = x; break; }
-    case xcclFloat64: { std::memcpy(&v.f, p, 8); break; }
-    default: break;
+    case xcclBool: {
+      uint8_t x;
+      std::memcpy(&x, p, 1);
+      v.i = x;
+      break;
+    }
+    case xcclInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      v.i = x;
+      break;
+    }
+    case xcclInt64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      v.i = x;
+      break;
+    }
+    case xcclFloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      v.f = halfToFloat(x);
+      break;
+    }
+    case xcclBfloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      v.f = bf16ToFloat(x);
+      break;
+    }
+    case xcclFloat32: {
+      float x;
+      std::memcpy(&x, p, 4);
+      v.f = x;
+      break;
+    }
+    case xcclFloat64: {
+      std::memcpy(&v.f, p, 8);
+      break;
+    }
+    default:
+      break;
   }
   return v;
 }
@@ -156,10 +193,25 @@ void store(void* buf, xcclDataType_t t, size_t idx, Value v) {
   auto u = static_cast<uint64_t>(v.i);
   switch (t) {
     case xcclInt8:
-    case xcclUint8: { auto x = static_cast<uint8_t>(u); std::memcpy(p, &x, 1); break; }
-    case xcclBool: { uint8_t x = v.i != 0; std::memcpy(p, &x, 1); break; }
-    case xcclInt32: { auto x = static_cast<uint32_t>(u); std::memcpy(p, &x, 4); break; }
-    case xcclInt64: { std::memcpy(p, &u, 8); break; }
+    case xcclUint8: {
+      auto x = static_cast<uint8_t>(u);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case xcclBool: {
+      uint8_t x = v.i != 0;
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case xcclInt32: {
+      auto x = static_cast<uint32_t>(u);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case xcclInt64: {
+      std::memcpy(p, &u, 8);
+      break;
+    }
     case xcclFloat16: {
       uint16_t x = floatToHalf(static_cast<float>(v.f));
       std::memcpy(p, &x, 2);
@@ -170,9 +222,17 @@ void store(void* buf, xcclDataType_t t, size_t idx, Value v) {
       std::memcpy(p, &x, 2);
       break;
     }
-    case xcclFloat32: { auto x = static_cast<float>(v.f); std::memcpy(p, &x, 4); break; }
-    case xcclFloat64: { std::memcpy(p, &v.f, 8); break; }
-    default: break;
+    case xcclFloat32: {
+      auto x = static_cast<float>(v.f);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case xcclFloat64: {
+      std::memcpy(p, &v.f, 8);
+      break;
+    }
+    default:
+      break;
   }
 }
 
@@ -218,9 +278,15 @@ Value Generator::at(int rank, uint64_t idx) const {
     bool sgn = ti.kind == Kind::kSigned;
     static const int64_t kSignedProd[] = {1, -1, 2, -2, 3};
     switch (d_) {
-      case Domain::kSum: v.i = sgn ? static_cast<int64_t>(h % 17) - 8 : static_cast<int64_t>(h % 16); break;
-      case Domain::kProd: v.i = sgn ? kSignedProd[h % 5] : static_cast<int64_t>(1 + h % 3); break;
-      default: v.i = static_cast<int64_t>(h); break;
+      case Domain::kSum:
+        v.i = sgn ? static_cast<int64_t>(h % 17) - 8 : static_cast<int64_t>(h % 16);
+        break;
+      case Domain::kProd:
+        v.i = sgn ? kSignedProd[h % 5] : static_cast<int64_t>(1 + h % 3);
+        break;
+      default:
+        v.i = static_cast<int64_t>(h);
+        break;
     }
     return roundTo(t_, v);  // truncates to the type's width (and sign-extends)
   }
@@ -230,15 +296,23 @@ Value Generator::at(int rank, uint64_t idx) const {
   };
   switch (d_) {
     case Domain::kSum:
-      if (t_ == xcclFloat16) v.f = centered(33);          // |sum| <= 16n: exact to n = 128
-      else if (t_ == xcclBfloat16) v.f = centered(17);    // |sum| <= 8n: exact to n = 32
-      else v.f = centered(4001) / 8.0;                    // eighths up to 250
+      if (t_ == xcclFloat16)
+        v.f = centered(33);  // |sum| <= 16n: exact to n = 128
+      else if (t_ == xcclBfloat16)
+        v.f = centered(17);  // |sum| <= 8n: exact to n = 32
+      else
+        v.f = centered(4001) / 8.0;  // eighths up to 250
       break;
-    case Domain::kProd: v.f = kProd[h % 6]; break;
+    case Domain::kProd:
+      v.f = kProd[h % 6];
+      break;
     default:
-      if (t_ == xcclFloat64) v.f = centered(1ULL << 40) / 256.0;
-      else if (t_ == xcclFloat32) v.f = centered(2000001) / 4.0;
-      else v.f = centered(4001);  // half: exact; bfloat16: rounded below
+      if (t_ == xcclFloat64)
+        v.f = centered(1ULL << 40) / 256.0;
+      else if (t_ == xcclFloat32)
+        v.f = centered(2000001) / 4.0;
+      else
+        v.f = centered(4001);  // half: exact; bfloat16: rounded below
       break;
   }
   return roundTo(t_, v);
@@ -260,8 +334,10 @@ int64_t Generator::countDiffs(const void* buf, int rank, uint64_t first, size_t 
 
 Value premulScalar(xcclDataType_t t) {
   Value v;
-  if (typeInfo(t).kind == Kind::kFloat) v.f = 0.5;
-  else v.i = 3;
+  if (typeInfo(t).kind == Kind::kFloat)
+    v.f = 0.5;
+  else
+    v.i = 3;
   return v;
 }
 
@@ -277,9 +353,12 @@ Expected Reducer::at(uint64_t idx) const {
     int64_t acc = isAnd ? 1 : 0;
     for (int r = 0; r < nranks_; ++r) {
       int64_t x = gen_.at(r, idx).i;
-      if (op_ == xcclBxor) acc ^= x;
-      else if (isAnd) acc &= x;
-      else acc |= x;
+      if (op_ == xcclBxor)
+        acc ^= x;
+      else if (isAnd)
+        acc &= x;
+      else
+        acc |= x;
     }
     e.v.i = acc;
     return e;
@@ -293,15 +372,34 @@ Expected Reducer::at(uint64_t idx) const {
       Value x = gen_.at(r, idx);
       auto u = static_cast<uint64_t>(x.i);
       switch (op_) {
-        case xcclSum: case xcclAvg: acc += u; break;
-        case xcclPremulSum: acc += static_cast<uint64_t>(roundTo(t, Value{static_cast<int64_t>(u * static_cast<uint64_t>(scalar_.i)), 0}).i); break;
-        case xcclProd: acc *= u; break;
-        case xcclMax: mm = x.i > mm ? x.i : mm; break;
-        case xcclMin: mm = x.i < mm ? x.i : mm; break;
-        case xcclBand: acc &= u; break;
-        case xcclBor: acc |= u; break;
-        case xcclBxor: acc ^= u; break;
-        default: break;
+        case xcclSum:
+        case xcclAvg:
+          acc += u;
+          break;
+        case xcclPremulSum:
+          acc += static_cast<uint64_t>(
+              roundTo(t, Value{static_cast<int64_t>(u * static_cast<uint64_t>(scalar_.i)), 0}).i);
+          break;
+        case xcclProd:
+          acc *= u;
+          break;
+        case xcclMax:
+          mm = x.i > mm ? x.i : mm;
+          break;
+        case xcclMin:
+          mm = x.i < mm ? x.i : mm;
+          break;
+        case xcclBand:
+          acc &= u;
+          break;
+        case xcclBor:
+          acc |= u;
+          break;
+        case xcclBxor:
+          acc ^= u;
+          break;
+        default:
+          break;
       }
     }
     Value res;
@@ -318,18 +416,40 @@ Expected Reducer::at(uint64_t idx) const {
     double x = gen_.at(r, idx).f;
     if (op_ == xcclPremulSum) x = roundTo(t, Value{0, x * scalar_.f}).f;
     switch (op_) {
-      case xcclProd: acc *= x; break;
-      case xcclMax: mm = x > mm ? x : mm; break;
-      case xcclMin: mm = x < mm ? x : mm; break;
-      default: acc += x; absSum += std::fabs(x); break;
+      case xcclProd:
+        acc *= x;
+        break;
+      case xcclMax:
+        mm = x > mm ? x : mm;
+        break;
+      case xcclMin:
+        mm = x < mm ? x : mm;
+        break;
+      default:
+        acc += x;
+        absSum += std::fabs(x);
+        break;
     }
   }
   int n = nranks_;
   switch (op_) {
-    case xcclMax: case xcclMin: e.v.f = mm; e.tol = 0; break;
-    case xcclProd: e.v.f = acc; e.tol = n * u * std::fabs(acc); break;
-    case xcclAvg: e.v.f = acc / n; e.tol = 2 * u * (absSum + std::fabs(acc / n)); break;
-    default: e.v.f = acc; e.tol = (n - 1) * u * absSum; break;  // sum, premulsum
+    case xcclMax:
+    case xcclMin:
+      e.v.f = mm;
+      e.tol = 0;
+      break;
+    case xcclProd:
+      e.v.f = acc;
+      e.tol = n * u * std::fabs(acc);
+      break;
+    case xcclAvg:
+      e.v.f = acc / n;
+      e.tol = 2 * u * (absSum + std::fabs(acc / n));
+      break;
+    default:
+      e.v.f = acc;
+      e.tol = (n - 1) * u * absSum;
+      break;  // sum, premulsum
   }
   return e;
 }

@@ -89,10 +89,8 @@ struct Ring {
     forEachPiece(blocks.size(b), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
       const size_t offset = (first + slice) * elemSize;
       landed.push_back(reduce ? ex.recvReduce(ex.ringPrev(), at(args.recvbuf, offset),
-                                              at(args.sendbuf, offset), elems, args.dtype,
-                                              args.op)
-                              : ex.recv(ex.ringPrev(), at(args.recvbuf, offset),
-                                        elems * elemSize));
+                                              at(args.sendbuf, offset), elems, args.dtype, args.op)
+                              : ex.recv(ex.ringPrev(), at(args.recvbuf, offset), elems * elemSize));
     });
     return landed;
   }
@@ -104,8 +102,7 @@ struct Ring {
 void ringRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), p = ex.ringPos(ex.rank());
   const Blocks blocks{args.count, n};
-  Ring ring{ex, args, blocks, dtypeSize(args.dtype),
-            pieceBytesKnob(xcclParamRingSlice())};
+  Ring ring{ex, args, blocks, dtypeSize(args.dtype), pieceBytesKnob(xcclParamRingSlice())};
   // Reduce-scatter, step s: send block p-1-s (step 0 from sendbuf, later the block reduced
   // in step s-1), recvReduce block p-2-s.
   ring.send(args.sendbuf, mod(p - 1, n));

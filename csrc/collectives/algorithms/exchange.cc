@@ -41,8 +41,8 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == kAlign, "header is one alignment unit");
 
 uint64_t headerCheck(const FrameHeader& h) {
-  uint64_t x = (static_cast<uint64_t>(h.magic) << 32) ^ (static_cast<uint64_t>(h.type) << 16) ^
-               h.flags;
+  uint64_t x =
+      (static_cast<uint64_t>(h.magic) << 32) ^ (static_cast<uint64_t>(h.type) << 16) ^ h.flags;
   x ^= h.seq * 0x9e3779b97f4a7c15ULL;
   x ^= h.bytes * 0xc2b2ae3d27d4eb4fULL;
   return x ^ (x >> 29);
@@ -175,7 +175,7 @@ MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
 }
 
 MsgRef Exchange::recvReduce(int peer, void* dst, const void* local, size_t count,
-                          xcclDataType_t dtype, xcclRedOp_t op) {
+                            xcclDataType_t dtype, xcclRedOp_t op) {
   checkPeerArg(peer, rank_, nranks_, "recvReduce");
   auto m = std::make_shared<PendingMsg>();
   m->kind = MsgKind::kRecvReduce;
@@ -224,8 +224,12 @@ bool Exchange::progressSend(int peer) {
   void* win = nullptr;
   if (m.phase == Phase::kHeader) {
     if (c->reserveSend(&win, sizeof(FrameHeader)) < sizeof(FrameHeader)) return false;
-    FrameHeader h{kMagic, static_cast<uint16_t>(type_), static_cast<uint16_t>(m.p2p ? kFlagP2P : 0),
-                  m.seq, m.bytes, 0};
+    FrameHeader h{kMagic,
+                  static_cast<uint16_t>(type_),
+                  static_cast<uint16_t>(m.p2p ? kFlagP2P : 0),
+                  m.seq,
+                  m.bytes,
+                  0};
     h.check = headerCheck(h);
     std::memcpy(win, &h, sizeof(h));
     c->commitSend(sizeof(h));
@@ -281,18 +285,17 @@ bool Exchange::progressRecv(int peer) {
     }
     const bool p2p = (h.flags & kFlagP2P) != 0;
     if (p2p != m.p2p || h.seq != m.seq || (!p2p && h.type != static_cast<uint16_t>(type_))) {
-      throw RemoteError(strCat(
-          "rank ", rank_, ": operation mismatch with rank ", peer, ": this rank runs ",
-          collName(type_), m.p2p ? " (point-to-point #" : " #", m.seq, m.p2p ? ")" : "",
-          ", rank ", peer, " sent data for ", collName(static_cast<CollType>(h.type)),
-          p2p ? " (point-to-point #" : " #", h.seq, p2p ? ")" : "",
-          ": the ranks issued different collectives or in a different order"));
+      throw RemoteError(
+          strCat("rank ", rank_, ": operation mismatch with rank ", peer, ": this rank runs ",
+                 collName(type_), m.p2p ? " (point-to-point #" : " #", m.seq, m.p2p ? ")" : "",
+                 ", rank ", peer, " sent data for ", collName(static_cast<CollType>(h.type)),
+                 p2p ? " (point-to-point #" : " #", h.seq, p2p ? ")" : "",
+                 ": the ranks issued different collectives or in a different order"));
     }
     if (h.bytes != m.bytes) {
-      throw RemoteError(strCat("rank ", rank_, ": size mismatch in ", collName(type_), " #",
-                               m.seq, ": expected ", m.bytes, " bytes from rank ", peer,
-                               ", it sent ", h.bytes,
-                               " (counts or dtypes differ across ranks)"));
+      throw RemoteError(strCat("rank ", rank_, ": size mismatch in ", collName(type_), " #", m.seq,
+                               ": expected ", m.bytes, " bytes from rank ", peer, ", it sent ",
+                               h.bytes, " (counts or dtypes differ across ranks)"));
     }
     c->consumeRecv(sizeof(h));
     m.phase = Phase::kPayload;
@@ -403,8 +406,8 @@ void Exchange::wait() {
       }
       backoff.idle();
       if (abort_.load(std::memory_order_relaxed)) {
-        throw InvalidUsage(strCat("rank ", rank_, ": communicator aborted during ",
-                                  collName(type_)));
+        throw InvalidUsage(
+            strCat("rank ", rank_, ": communicator aborted during ", collName(type_)));
       }
       // Reading the clock costs more than a poll of the rings: only every 64 idle polls
       // (and after every nap, which is long anyway).

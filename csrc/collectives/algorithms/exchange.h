@@ -8,9 +8,9 @@
 // Framing (done here, not in the transports): every message is a 32-byte header
 // {magic, op type, flags, sequence, payload bytes, check} followed by the payload padded
 // to a multiple of 32 bytes, so a header never straddles a ring's end (rings are multiples
-// of 64 bytes) and a window never splits an element. The receiver checks magic, kind (collective / point-to-point),
-// sequence and length against what it posted: a mismatch means the ranks disagree on the
-// operation or its count, and fails the operation with both sides' values in the message,
+// of 64 bytes) and a window never splits an element. The receiver checks magic, kind (collective /
+// point-to-point), sequence and length against what it posted: a mismatch means the ranks disagree
+// on the operation or its count, and fails the operation with both sides' values in the message,
 // never reading past the posted buffer.
 #pragma once
 

@@ -65,11 +65,11 @@ std::string normalize(std::string s) {
   return out;
 }
 
-const CollType kAllTypes[] = {
-    CollType::kAllReduce, CollType::kBroadcast, CollType::kReduce,   CollType::kAllGather,
-    CollType::kReduceScatter, CollType::kAllToAll, CollType::kAllToAllv, CollType::kGather,
-    CollType::kScatter,   CollType::kSend,      CollType::kRecv,     CollType::kRecvAny,
-    CollType::kBarrier};
+const CollType kAllTypes[] = {CollType::kAllReduce, CollType::kBroadcast,     CollType::kReduce,
+                              CollType::kAllGather, CollType::kReduceScatter, CollType::kAllToAll,
+                              CollType::kAllToAllv, CollType::kGather,        CollType::kScatter,
+                              CollType::kSend,      CollType::kRecv,          CollType::kRecvAny,
+                              CollType::kBarrier};
 
 const Algorithm* findAlgorithm(CollType type, const std::string& name) {
   for (const Algorithm& a : allAlgorithms()) {
@@ -86,7 +86,8 @@ std::string forcedName(CollType type) {
   size_t pos = 0;
   while (pos <= spec.size()) {
     size_t comma = spec.find(',', pos);
-    std::string tok = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string tok =
+        spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
     size_t eq = tok.find('=');
     if (eq == std::string::npos) {
@@ -181,9 +182,9 @@ void validateCollArgs(const CollArgs& args, int rank, int n) {
     size_t sendTotal = 0, recvTotal = 0;
     for (int j = 0; j < n; ++j) sendTotal += args.sendcounts[j];
     for (int j = 0; j < n; ++j) recvTotal += args.recvcounts[j];
-    XCCL_CHECK_ARG(args.sendcounts[rank] == args.recvcounts[rank], coll, ": rank ",
-                   rank, " sends ", args.sendcounts[rank],
-                   " elements to itself but expects to receive ", args.recvcounts[rank]);
+    XCCL_CHECK_ARG(args.sendcounts[rank] == args.recvcounts[rank], coll, ": rank ", rank, " sends ",
+                   args.sendcounts[rank], " elements to itself but expects to receive ",
+                   args.recvcounts[rank]);
     XCCL_CHECK_ARG(sendTotal == 0 || args.sendbuf != nullptr, coll, ": sendbuff is NULL");
     XCCL_CHECK_ARG(recvTotal == 0 || args.recvbuf != nullptr, coll, ": recvbuff is NULL");
     return;
@@ -259,10 +260,10 @@ size_t ownedOutput(const CollArgs& args, int rank) {
 const std::vector<Algorithm>& allAlgorithms() {
   static const std::vector<Algorithm> all = [] {
     std::vector<Algorithm> v;
-    for (auto list : {algo::allreduceAlgorithms, algo::broadcastAlgorithms, algo::reduceAlgorithms,
-                      algo::allgatherAlgorithms, algo::reduceScatterAlgorithms,
-                      algo::alltoallAlgorithms, algo::gatherScatterAlgorithms,
-                      algo::barrierAlgorithms}) {
+    for (auto list :
+         {algo::allreduceAlgorithms, algo::broadcastAlgorithms, algo::reduceAlgorithms,
+          algo::allgatherAlgorithms, algo::reduceScatterAlgorithms, algo::alltoallAlgorithms,
+          algo::gatherScatterAlgorithms, algo::barrierAlgorithms}) {
       for (const Algorithm& a : list()) v.push_back(a);
     }
     return v;

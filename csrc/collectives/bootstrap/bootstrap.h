@@ -55,7 +55,7 @@ struct PeerInfo {
 std::string localHostId();
 
 struct PeerSetup {
-  std::vector<PeerInfo> peers;                         // indexed by rank
+  std::vector<PeerInfo> peers;                           // indexed by rank
   std::vector<std::unique_ptr<Connection>> connections;  // indexed by rank; null for self
 };
 

@@ -49,7 +49,7 @@ constexpr size_t kSecretBytes = 32;
 constexpr size_t kHelloBytes = 8 + kSecretBytes;
 constexpr uint32_t kMaxKey = 1024;
 constexpr uint32_t kMaxValue = 64u << 20;
-constexpr int kHelloTimeoutMs = 10000;  // a client that never says hello is dropped
+constexpr int kHelloTimeoutMs = 10000;   // a client that never says hello is dropped
 constexpr int64_t kRoundTripMs = 60000;  // one request/response with a live server
 
 struct Client {
@@ -320,9 +320,10 @@ class UniqueIdStore : public Store {
 };
 
 sockaddr_in idAddr(const xcclUniqueId& id) {
-  XCCL_CHECK_ARG(std::memcmp(id.internal, kIdMagic, 4) == 0 &&
-                     net::getU32(reinterpret_cast<const unsigned char*>(id.internal) + 4) == kVersion,
-                 "not an xccl unique id (bad magic or version): was it made by xcclGetUniqueId?");
+  XCCL_CHECK_ARG(
+      std::memcmp(id.internal, kIdMagic, 4) == 0 &&
+          net::getU32(reinterpret_cast<const unsigned char*>(id.internal) + 4) == kVersion,
+      "not an xccl unique id (bad magic or version): was it made by xcclGetUniqueId?");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   std::memcpy(&addr.sin_addr.s_addr, id.internal + 8, 4);

@@ -63,14 +63,15 @@ unsigned parseSubsys(const std::string& spec) {
   struct {
     const char* name;
     unsigned bit;
-  } names[] = {{"INIT", INIT}, {"COLL", COLL}, {"SHM", SHM},        {"NET", NET},
+  } names[] = {{"INIT", INIT}, {"COLL", COLL}, {"SHM", SHM},      {"NET", NET},
                {"TOPO", TOPO}, {"BOOT", BOOT}, {"ALL", ALLSUBSYS}};
   unsigned mask = 0;
   bool negate = spec[0] == '^';  // "^COLL" = everything but COLL
   size_t pos = negate ? 1 : 0;
   while (pos <= spec.size()) {
     size_t comma = spec.find(',', pos);
-    std::string tok = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string tok =
+        spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     for (auto& n : names) {
       if (strcasecmp(tok.c_str(), n.name) == 0) mask |= n.bit;
     }
@@ -151,8 +152,7 @@ void logWrite(LogLevel level, unsigned subsys, const std::string& msg) {
     fprintf(c.out, "%s:%d:%ld [%d] XCCL %s %s\n", c.host, getpid(), tid, tlsLogRank,
             levelName(level), msg.c_str());
   } else {
-    fprintf(c.out, "%s:%d:%ld XCCL %s %s\n", c.host, getpid(), tid, levelName(level),
-            msg.c_str());
+    fprintf(c.out, "%s:%d:%ld XCCL %s %s\n", c.host, getpid(), tid, levelName(level), msg.c_str());
   }
   fflush(c.out);
 }

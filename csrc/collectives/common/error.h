@@ -63,29 +63,29 @@ class RemoteError : public Error {
 #define XCCL_STRINGIFY(x) XCCL_STRINGIFY_(x)
 
 // Throws InvalidUsage naming the failed condition, file and line, plus the message parts.
-#define XCCL_CHECK(cond, ...)                                                              \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
+#define XCCL_CHECK(cond, ...)                                                                  \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
       throw ::xccl::InvalidUsage(::xccl::strCat(__VA_ARGS__, " [check '" #cond "' failed at ", \
-                                                __FILE__, ":", __LINE__, "]"));            \
-    }                                                                                      \
+                                                __FILE__, ":", __LINE__, "]"));                \
+    }                                                                                          \
   } while (0)
 
 // Like XCCL_CHECK, but for arguments from the caller (maps to xcclInvalidArgument).
-#define XCCL_CHECK_ARG(cond, ...)                                                             \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
-      throw ::xccl::InvalidArgument(::xccl::strCat(__VA_ARGS__));                             \
-    }                                                                                         \
+#define XCCL_CHECK_ARG(cond, ...)                                 \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      throw ::xccl::InvalidArgument(::xccl::strCat(__VA_ARGS__)); \
+    }                                                             \
   } while (0)
 
 // Throws IoError with errno text for a failed system call.
-#define XCCL_SYSCHECK(expr, what)                                                          \
-  do {                                                                                     \
-    if ((expr) < 0) {                                                                      \
-      throw ::xccl::IoError(::xccl::strCat(what, " failed: ", ::xccl::errnoString(errno), \
-                                           " [", __FILE__, ":", __LINE__, "]"));           \
-    }                                                                                      \
+#define XCCL_SYSCHECK(expr, what)                                                               \
+  do {                                                                                          \
+    if ((expr) < 0) {                                                                           \
+      throw ::xccl::IoError(::xccl::strCat(what, " failed: ", ::xccl::errnoString(errno), " [", \
+                                           __FILE__, ":", __LINE__, "]"));                      \
+    }                                                                                           \
   } while (0)
 
 namespace xccl {

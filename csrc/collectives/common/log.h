@@ -28,11 +28,11 @@ void setLogRank(int rank);
 
 }  // namespace xccl
 
-#define XCCL_LOG_(level, subsys, ...)                                  \
-  do {                                                                 \
-    if (::xccl::logEnabled(level, ::xccl::subsys)) {                   \
+#define XCCL_LOG_(level, subsys, ...)                                       \
+  do {                                                                      \
+    if (::xccl::logEnabled(level, ::xccl::subsys)) {                        \
       ::xccl::logWrite(level, ::xccl::subsys, ::xccl::strCat(__VA_ARGS__)); \
-    }                                                                  \
+    }                                                                       \
   } while (0)
 
 #define XCCL_WARN(subsys, ...) XCCL_LOG_(::xccl::LogLevel::kWarn, subsys, __VA_ARGS__)

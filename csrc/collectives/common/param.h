@@ -19,12 +19,8 @@ int64_t readIntParam(const char* name, int64_t deflt);
 std::string readStrParam(const char* name, const char* deflt);
 }  // namespace xccl
 
-#define XCCL_PARAM(fn, name, deflt)                                          \
-  static inline int64_t xcclParam##fn() {                                    \
-    return ::xccl::readIntParam(name, (deflt));                              \
-  }
+#define XCCL_PARAM(fn, name, deflt) \
+  static inline int64_t xcclParam##fn() { return ::xccl::readIntParam(name, (deflt)); }
 
-#define XCCL_PARAM_STR(fn, name, deflt)                                      \
-  static inline std::string xcclParam##fn() {                                \
-    return ::xccl::readStrParam(name, (deflt));                              \
-  }
+#define XCCL_PARAM_STR(fn, name, deflt) \
+  static inline std::string xcclParam##fn() { return ::xccl::readStrParam(name, (deflt)); }

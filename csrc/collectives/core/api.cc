@@ -78,7 +78,8 @@ void submit(Comm& comm, CollArgs args) {
   validateCollArgs(args, comm.rank(), comm.nranks());
   if (isP2P(args.type) && args.type != CollType::kRecvAny) {
     XCCL_CHECK_ARG(args.root != comm.rank() || tlsGroupDepth > 0, collName(args.type), ": rank ",
-                   args.root, " sends to or receives from itself outside a group (it would wait "
+                   args.root,
+                   " sends to or receives from itself outside a group (it would wait "
                    "for itself); put the send and the receive in one xcclGroupStart/End");
   }
   if (tlsGroupDepth > 0) {
@@ -97,10 +98,9 @@ void checkType(xcclDataType_t dtype, const char* what) {
 
 void checkOp(xcclDataType_t dtype, xcclRedOp_t op, const char* what) {
   checkType(dtype, what);
-  XCCL_CHECK_ARG(op >= 0 && op < xcclNumOps, what, ": invalid reduction op ",
-                 static_cast<int>(op));
-  XCCL_CHECK_ARG(opSupported(dtype, op), what, ": op ", xcclOpName(op),
-                 " is not supported for ", xcclTypeName(dtype));
+  XCCL_CHECK_ARG(op >= 0 && op < xcclNumOps, what, ": invalid reduction op ", static_cast<int>(op));
+  XCCL_CHECK_ARG(opSupported(dtype, op), what, ": op ", xcclOpName(op), " is not supported for ",
+                 xcclTypeName(dtype));
 }
 
 void checkBuf(const void* p, size_t count, const char* name, const char* what) {
@@ -206,11 +206,11 @@ xcclResult_t xcclCommInitRankConfig(xcclComm_t* comm, int nranks, xcclUniqueId c
                                     const xcclConfig_t* config) {
   return guarded("xcclCommInitRank", [&] {
     XCCL_CHECK_ARG(comm != nullptr, "comm is NULL");
-    XCCL_CHECK_ARG(nranks > 0 && rank >= 0 && rank < nranks, "rank ", rank, " / nranks ",
-                   nranks, " out of range");
+    XCCL_CHECK_ARG(nranks > 0 && rank >= 0 && rank < nranks, "rank ", rank, " / nranks ", nranks,
+                   " out of range");
     int64_t t = config && config->timeout_ms > 0 ? config->timeout_ms : -1;
-    auto store = connectUniqueIdStore(commId, t > 0 ? Deadline::after(t) : Deadline::after(
-                                                                               30 * 60 * 1000));
+    auto store =
+        connectUniqueIdStore(commId, t > 0 ? Deadline::after(t) : Deadline::after(30 * 60 * 1000));
     initComm(comm, nranks, rank, *store, uniqueIdSecret(commId), config);
   });
 }
@@ -219,14 +219,13 @@ xcclResult_t xcclCommInitRank(xcclComm_t* comm, int nranks, xcclUniqueId commId,
   return xcclCommInitRankConfig(comm, nranks, commId, rank, nullptr);
 }
 
-xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank,
-                                   const xcclStore_t* store, const char* prefix,
-                                   const xcclConfig_t* config) {
+xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank, const xcclStore_t* store,
+                                   const char* prefix, const xcclConfig_t* config) {
   return guarded("xcclCommInitRankStore", [&] {
     XCCL_CHECK_ARG(comm != nullptr && store != nullptr && store->set && store->get,
                    "comm, store and its callbacks must be non-NULL");
-    XCCL_CHECK_ARG(nranks > 0 && rank >= 0 && rank < nranks, "rank ", rank, " / nranks ",
-                   nranks, " out of range");
+    XCCL_CHECK_ARG(nranks > 0 && rank >= 0 && rank < nranks, "rank ", rank, " / nranks ", nranks,
+                   " out of range");
     auto s = makeCallbackStore(*store, prefix ? prefix : "");
     int64_t t = config && config->timeout_ms > 0 ? config->timeout_ms : 30 * 60 * 1000;
     // Rank 0 draws the communicator secret; the store is the trusted channel.
@@ -303,9 +302,9 @@ xcclResult_t xcclEventWait(const xcclEvent_t* event, int64_t timeout_ms) {
     Comm& c = commOf(event->comm, "xcclEventWait");
     r = c.wait(event->seq, timeout_ms);
     if (r == xcclTimeout) {
-      tlsLastError = strCat("xcclEventWait: rank ", c.rank(), ": operation ", event->seq,
-                            " not complete after ", timeout_ms < 0 ? c.timeoutMs() : timeout_ms,
-                            " ms");
+      tlsLastError =
+          strCat("xcclEventWait: rank ", c.rank(), ": operation ", event->seq,
+                 " not complete after ", timeout_ms < 0 ? c.timeoutMs() : timeout_ms, " ms");
     } else if (r != xcclSuccess) {
       tlsLastError = c.lastError();
     }
@@ -329,8 +328,8 @@ xcclResult_t xcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 }
 
 xcclResult_t xcclAllReducePremulSum(const void* sendbuff, void* recvbuff, size_t count,
-                                    xcclDataType_t datatype, const void* scalar,
-                                    xcclComm_t comm, xcclStream_t stream) {
+                                    xcclDataType_t datatype, const void* scalar, xcclComm_t comm,
+                                    xcclStream_t stream) {
   return guarded("xcclAllReducePremulSum", [&] {
     Comm& c = commOf(comm, "xcclAllReducePremulSum");
     checkOp(datatype, xcclPremulSum, "xcclAllReducePremulSum");
@@ -359,9 +358,8 @@ xcclResult_t xcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   });
 }
 
-xcclResult_t xcclReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        xcclDataType_t datatype, xcclRedOp_t op, int root, xcclComm_t comm,
-                        xcclStream_t stream) {
+xcclResult_t xcclReduce(const void* sendbuff, void* recvbuff, size_t count, xcclDataType_t datatype,
+                        xcclRedOp_t op, int root, xcclComm_t comm, xcclStream_t stream) {
   return guarded("xcclReduce", [&] {
     Comm& c = commOf(comm, "xcclReduce");
     checkOp(datatype, op, "xcclReduce");
@@ -393,7 +391,8 @@ xcclResult_t xcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   return guarded("xcclReduceScatter", [&] {
     Comm& c = commOf(comm, "xcclReduceScatter");
     checkOp(datatype, op, "xcclReduceScatter");
-    XCCL_CHECK_ARG(op != xcclPremulSum, "xcclReduceScatter: premulsum is only offered by allreduce");
+    XCCL_CHECK_ARG(op != xcclPremulSum,
+                   "xcclReduceScatter: premulsum is only offered by allreduce");
     checkBuf(sendbuff, recvcount, "sendbuff", "xcclReduceScatter");
     checkBuf(recvbuff, recvcount, "recvbuff", "xcclReduceScatter");
     CollArgs a = makeArgs(CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype);
@@ -441,9 +440,8 @@ xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts, const
   });
 }
 
-xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count,
-                        xcclDataType_t datatype, int root, xcclComm_t comm,
-                        xcclStream_t stream) {
+xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count, xcclDataType_t datatype,
+                        int root, xcclComm_t comm, xcclStream_t stream) {
   return guarded("xcclGather", [&] {
     Comm& c = commOf(comm, "xcclGather");
     checkType(datatype, "xcclGather");
@@ -457,8 +455,7 @@ xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count,
 }
 
 xcclResult_t xcclScatter(const void* sendbuff, void* recvbuff, size_t count,
-                         xcclDataType_t datatype, int root, xcclComm_t comm,
-                         xcclStream_t stream) {
+                         xcclDataType_t datatype, int root, xcclComm_t comm, xcclStream_t stream) {
   return guarded("xcclScatter", [&] {
     Comm& c = commOf(comm, "xcclScatter");
     checkType(datatype, "xcclScatter");

@@ -29,8 +29,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       device_(&getDevice(config.device)) {
   setLogRank(rank);
   auto t0 = Clock::now();
-  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_),
-                        abort_);
+  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_), abort_);
   std::vector<std::string> hostIds;
   for (const auto& p : peers_.peers) hostIds.push_back(p.hostId);
   topo_ = buildTopology(hostIds);

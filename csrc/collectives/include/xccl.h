@@ -34,14 +34,14 @@ extern "C" {
 
 typedef enum {
   xcclSuccess = 0,
-  xcclUnhandledError = 1,   /* internal bug or unexpected system failure */
-  xcclSystemError = 2,      /* a system call failed (socket, mmap, ...) */
-  xcclInternalError = 3,    /* invariant broken inside the library */
-  xcclInvalidArgument = 4,  /* a bad pointer, count, rank, dtype or op */
-  xcclInvalidUsage = 5,     /* a call that is not allowed in this state */
-  xcclRemoteError = 6,      /* a peer failed, died, closed or sent bad data */
-  xcclInProgress = 7,       /* not complete yet (query calls) */
-  xcclTimeout = 8,          /* a wait exceeded its deadline */
+  xcclUnhandledError = 1,  /* internal bug or unexpected system failure */
+  xcclSystemError = 2,     /* a system call failed (socket, mmap, ...) */
+  xcclInternalError = 3,   /* invariant broken inside the library */
+  xcclInvalidArgument = 4, /* a bad pointer, count, rank, dtype or op */
+  xcclInvalidUsage = 5,    /* a call that is not allowed in this state */
+  xcclRemoteError = 6,     /* a peer failed, died, closed or sent bad data */
+  xcclInProgress = 7,      /* not complete yet (query calls) */
+  xcclTimeout = 8,         /* a wait exceeded its deadline */
   xcclNumResults = 9
 } xcclResult_t;
 
@@ -157,27 +157,24 @@ XCCL_API xcclResult_t xcclBroadcast(const void* sendbuff, void* recvbuff, size_t
                                     xcclDataType_t datatype, int root, xcclComm_t comm,
                                     xcclStream_t stream);
 XCCL_API xcclResult_t xcclReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                 xcclDataType_t datatype, xcclRedOp_t op, int root,
-                                 xcclComm_t comm, xcclStream_t stream);
+                                 xcclDataType_t datatype, xcclRedOp_t op, int root, xcclComm_t comm,
+                                 xcclStream_t stream);
 /* recvbuff holds nranks * sendcount elements, rank-major. */
 XCCL_API xcclResult_t xcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                    xcclDataType_t datatype, xcclComm_t comm,
-                                    xcclStream_t stream);
+                                    xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream);
 /* sendbuff holds nranks * recvcount elements; rank r receives block r reduced. */
 XCCL_API xcclResult_t xcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                        xcclDataType_t datatype, xcclRedOp_t op,
-                                        xcclComm_t comm, xcclStream_t stream);
+                                        xcclDataType_t datatype, xcclRedOp_t op, xcclComm_t comm,
+                                        xcclStream_t stream);
 /* Block i of sendbuff (count elements) goes to rank i; block j of recvbuff
  * comes from rank j. In place (sendbuff == recvbuff) is rejected, as in NCCL. */
 XCCL_API xcclResult_t xcclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
-                                   xcclDataType_t datatype, xcclComm_t comm,
-                                   xcclStream_t stream);
+                                   xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream);
 /* Uneven all-to-all; counts and displacements in elements, one per rank.
  * sendcounts[rank] must equal recvcounts[rank]; in place is rejected. */
 XCCL_API xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts,
-                                    const size_t* sdispls, void* recvbuff,
-                                    const size_t* recvcounts, const size_t* rdispls,
-                                    xcclDataType_t datatype, xcclComm_t comm,
+                                    const size_t* sdispls, void* recvbuff, const size_t* recvcounts,
+                                    const size_t* rdispls, xcclDataType_t datatype, xcclComm_t comm,
                                     xcclStream_t stream);
 /* recvbuff (root only) holds nranks * count elements, rank-major. */
 XCCL_API xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count,
@@ -196,8 +193,8 @@ XCCL_API xcclResult_t xcclRecv(void* recvbuff, size_t count, xcclDataType_t data
                                xcclComm_t comm, xcclStream_t stream);
 /* Receives from whichever rank's point-to-point send arrives first; the sender's
  * rank is written to *peer when the operation completes (read it after waiting). */
-XCCL_API xcclResult_t xcclRecvAny(void* recvbuff, size_t count, xcclDataType_t datatype,
-                                  int* peer, xcclComm_t comm, xcclStream_t stream);
+XCCL_API xcclResult_t xcclRecvAny(void* recvbuff, size_t count, xcclDataType_t datatype, int* peer,
+                                  xcclComm_t comm, xcclStream_t stream);
 /* A barrier is an operation like any other: it completes when every rank
  * has reached it. */
 XCCL_API xcclResult_t xcclBarrier(xcclComm_t comm, xcclStream_t stream);

@@ -14,10 +14,10 @@
 namespace xccl {
 
 struct Topology {
-  std::vector<int> hostOf;             // rank -> host index (0 = host of rank 0)
+  std::vector<int> hostOf;              // rank -> host index (0 = host of rank 0)
   std::vector<std::vector<int>> hosts;  // host index -> its ranks, ascending
-  std::vector<int> ring;               // ranks in ring order
-  int networkHops = 0;                 // ring edges whose ends are on different hosts
+  std::vector<int> ring;                // ranks in ring order
+  int networkHops = 0;                  // ring edges whose ends are on different hosts
 };
 
 // hostIds[r] is rank r's host identity (equal strings = same host).

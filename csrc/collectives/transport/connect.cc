@@ -37,8 +37,8 @@ constexpr int64_t kStoreSliceMs = 250;
 std::string storeGet(Store& store, const std::string& key, int rank, const Deadline& deadline,
                      const std::atomic<bool>& abortFlag) {
   for (;;) {
-    if (abortFlag.load()) throw InvalidUsage(strCat("rank ", rank, ": aborted waiting for '", key,
-                                                    "' in the store"));
+    if (abortFlag.load())
+      throw InvalidUsage(strCat("rank ", rank, ": aborted waiting for '", key, "' in the store"));
     int64_t left = deadline.remainingMs();
     int64_t slice = left < 0 ? kStoreSliceMs : std::min(left, kStoreSliceMs);
     try {
@@ -73,8 +73,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   setup.peers.resize(nranks);
   setup.connections.resize(nranks);
   PeerInfo& me = setup.peers[rank];
-  me = PeerInfo{rank, static_cast<int>(getpid()), localHostId(), hostName(), device.busId(),
-                listener.address()};
+  me = PeerInfo{rank,           static_cast<int>(getpid()), localHostId(), hostName(),
+                device.busId(), listener.address()};
   store.set(strCat("peer/", rank), serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0));
 
   // 2. Read everyone; decide the transport of each pair the same way on both ends.
@@ -82,11 +82,11 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;
     uint32_t flags = 0;
-    setup.peers[p] = parsePeerInfo(storeGet(store, strCat("peer/", p), rank, deadline, abortFlag),
-                                   &flags);
+    setup.peers[p] =
+        parsePeerInfo(storeGet(store, strCat("peer/", p), rank, deadline, abortFlag), &flags);
     if (setup.peers[p].rank != p) {
-      throw RemoteError(strCat("rank ", rank, ": store entry 'peer/", p, "' claims rank ",
-                               setup.peers[p].rank));
+      throw RemoteError(
+          strCat("rank ", rank, ": store entry 'peer/", p, "' claims rank ", setup.peers[p].rank));
     }
     local[p] = !noShm && !(flags & kPeerFlagNoShm) && setup.peers[p].hostId == me.hostId;
   }
@@ -123,8 +123,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   // 5. Map the local peers' rings.
   for (auto& [p, ring] : rings) {
     std::string desc = storeGet(store, strCat("shm/", p, "/", rank), rank, deadline, abortFlag);
-    setup.connections[p] = shm::makeConnection(rank, p, setup.peers[p].pid, *ring, desc, secret,
-                                               device);
+    setup.connections[p] =
+        shm::makeConnection(rank, p, setup.peers[p].pid, *ring, desc, secret, device);
   }
 
   for (int p = 0; p < nranks; ++p) {

@@ -18,31 +18,45 @@ namespace {
 // float types are widened to float32 for each step and rounded back once.
 struct OpSum {
   template <typename T>
-  static T apply(T a, T b) { return a + b; }
+  static T apply(T a, T b) {
+    return a + b;
+  }
 };
 struct OpProd {
   template <typename T>
-  static T apply(T a, T b) { return a * b; }
+  static T apply(T a, T b) {
+    return a * b;
+  }
 };
 struct OpMax {
   template <typename T>
-  static T apply(T a, T b) { return a < b ? b : a; }
+  static T apply(T a, T b) {
+    return a < b ? b : a;
+  }
 };
 struct OpMin {
   template <typename T>
-  static T apply(T a, T b) { return b < a ? b : a; }
+  static T apply(T a, T b) {
+    return b < a ? b : a;
+  }
 };
 struct OpBand {
   template <typename T>
-  static T apply(T a, T b) { return a & b; }
+  static T apply(T a, T b) {
+    return a & b;
+  }
 };
 struct OpBor {
   template <typename T>
-  static T apply(T a, T b) { return a | b; }
+  static T apply(T a, T b) {
+    return a | b;
+  }
 };
 struct OpBxor {
   template <typename T>
-  static T apply(T a, T b) { return a ^ b; }
+  static T apply(T a, T b) {
+    return a ^ b;
+  }
 };
 
 template <typename Op, typename T>
@@ -106,7 +120,8 @@ void reduceTyped(void* dst, const void* a, const void* b, size_t n, xcclRedOp_t 
         break;
     }
   }
-  throw InvalidUsage(strCat("reduce: op ", xcclOpName(op), " is not an element-wise reduction "
+  throw InvalidUsage(strCat("reduce: op ", xcclOpName(op),
+                            " is not an element-wise reduction "
                             "for this type (Avg and PremulSum are built from Sum)"));
 }
 
@@ -182,8 +197,8 @@ void HostDevice::copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   }
 }
 
-void HostDevice::reduce(void* dst, const void* a, const void* b, size_t count,
-                        xcclDataType_t dtype, xcclRedOp_t op) {
+void HostDevice::reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+                        xcclRedOp_t op) {
   switch (dtype) {
     case xcclInt8:
       return reduceTyped<int8_t>(dst, a, b, count, op);

@@ -82,8 +82,8 @@ OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret) {
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
     ::close(fd);
-    throw IoError(strCat("rank ", rank, ": ftruncate of a ", bytes, "-byte SHM ring failed: ",
-                         errnoString(err)));
+    throw IoError(strCat("rank ", rank, ": ftruncate of a ", bytes,
+                         "-byte SHM ring failed: ", errnoString(err)));
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
@@ -136,8 +136,8 @@ std::unique_ptr<Segment> openPeerRing(int rank, int peer, const std::string& des
   size_t bytes = kHeaderBytes + ring;
   if (fstat(sfd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     ::close(sfd);
-    throw RemoteError(strCat("rank ", rank, ": rank ", peer, "'s SHM ring ", path,
-                             " has the wrong size"));
+    throw RemoteError(
+        strCat("rank ", rank, ": rank ", peer, "'s SHM ring ", path, " has the wrong size"));
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
   if (base == MAP_FAILED) {
@@ -179,8 +179,12 @@ class ShmConnection : public Connection {
  public:
   ShmConnection(int rank, int peer, int peerPid, std::unique_ptr<Segment> send,
                 std::unique_ptr<Segment> recv, Device& device)
-      : rank_(rank), peer_(peer), peerPid_(peerPid), send_(std::move(send)),
-        recv_(std::move(recv)), device_(device) {
+      : rank_(rank),
+        peer_(peer),
+        peerPid_(peerPid),
+        send_(std::move(send)),
+        recv_(std::move(recv)),
+        device_(device) {
     device_.registerStaging(send_->ring(), send_->ringBytes());
     device_.registerStaging(recv_->ring(), recv_->ringBytes());
     sendHead_ = send_->header()->head.load(std::memory_order_relaxed);
@@ -226,8 +230,7 @@ class ShmConnection : public Connection {
   }
 
   void consumeRecv(size_t bytes) override {
-    XCCL_CHECK(bytes <= peeked_, "consumeRecv(", bytes, ") exceeds the peeked window of ",
-               peeked_);
+    XCCL_CHECK(bytes <= peeked_, "consumeRecv(", bytes, ") exceeds the peeked window of ", peeked_);
     peeked_ -= bytes;
     recvTail_ += bytes;
     recv_->header()->tail.store(recvTail_, std::memory_order_release);
@@ -268,8 +271,8 @@ class ShmConnection : public Connection {
     uint64_t unread = recv_->header()->head.load(std::memory_order_acquire) - recvTail_;
     uint64_t unsent = sendHead_ - send_->header()->tail.load(std::memory_order_acquire);
     if (unread != 0 && unsent == 0) return;
-    throw RemoteError(strCat("rank ", rank_, ": SHM connection to rank ", peer_, " (pid ",
-                             peerPid_, ") lost: peer ", why, " (", unsent,
+    throw RemoteError(strCat("rank ", rank_, ": SHM connection to rank ", peer_, " (pid ", peerPid_,
+                             ") lost: peer ", why, " (", unsent,
                              " bytes we sent were not consumed)"));
   }
 
@@ -289,13 +292,12 @@ class ShmConnection : public Connection {
 }  // namespace
 
 std::unique_ptr<Connection> makeConnection(int rank, int peer, int peerPid, OutgoingRing& out,
-                                           const std::string& peerDesc,
-                                           const std::string& secret, Device& device) {
+                                           const std::string& peerDesc, const std::string& secret,
+                                           Device& device) {
   std::unique_ptr<Segment> recv = openPeerRing(rank, peer, peerDesc, secret);
-  XCCL_INFO(SHM, "rank ", rank, " <- ", peer, ": mapped ", recv->ringBytes(),
-            "-byte ring of pid ", peerPid);
-  return std::make_unique<ShmConnection>(rank, peer, peerPid, out.take(), std::move(recv),
-                                         device);
+  XCCL_INFO(SHM, "rank ", rank, " <- ", peer, ": mapped ", recv->ringBytes(), "-byte ring of pid ",
+            peerPid);
+  return std::make_unique<ShmConnection>(rank, peer, peerPid, out.take(), std::move(recv), device);
 }
 
 }  // namespace shm

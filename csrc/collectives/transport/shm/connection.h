@@ -39,9 +39,9 @@ class OutgoingRing {
 // Opens the peer's ring (from its describe() string), checks it, and pairs it with our
 // outgoing ring into a Connection. Throws RemoteError on a bad secret/header, IoError
 // when the segment cannot be opened.
-std::unique_ptr<Connection> makeConnection(int rank, int peer, int peerPid,
-                                           OutgoingRing& out, const std::string& peerDesc,
-                                           const std::string& secret, Device& device);
+std::unique_ptr<Connection> makeConnection(int rank, int peer, int peerPid, OutgoingRing& out,
+                                           const std::string& peerDesc, const std::string& secret,
+                                           Device& device);
 
 }  // namespace shm
 }  // namespace xccl

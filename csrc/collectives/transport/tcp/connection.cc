@@ -32,9 +32,9 @@ constexpr uint32_t kVersion = 1;
 constexpr size_t kMaxSecret = 128;
 constexpr size_t kHelloBytes = 4 + 4 * 4 + kMaxSecret;
 constexpr size_t kReplyBytes = 12;
-constexpr int kHandshakeMs = 5000;     // an accepted socket must say hello within this
-constexpr int kCloseFlushMs = 2000;    // close() waits at most this long for unsent bytes
-constexpr int kCloseStallMs = 200;     // ... or this long without any of them leaving
+constexpr int kHandshakeMs = 5000;   // an accepted socket must say hello within this
+constexpr int kCloseFlushMs = 2000;  // close() waits at most this long for unsent bytes
+constexpr int kCloseStallMs = 200;   // ... or this long without any of them leaving
 enum Status : uint32_t { kOk = 0, kBadSecret = 1, kBadRank = 2 };
 
 // A byte ring in ordinary (page-aligned) memory; counters only grow. `head` is atomic
@@ -109,8 +109,7 @@ class TcpConnection : public Connection {
   }
 
   void consumeRecv(size_t bytes) override {
-    XCCL_CHECK(bytes <= peeked_, "consumeRecv(", bytes, ") exceeds the peeked window of ",
-               peeked_);
+    XCCL_CHECK(bytes <= peeked_, "consumeRecv(", bytes, ") exceeds the peeked window of ", peeked_);
     peeked_ -= bytes;
     recv_.tail += bytes;
   }
@@ -363,9 +362,9 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
     throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
   }
   if (status != kOk) {
-    throw RemoteError(strCat(ctx.what, ": refused by peer: ",
-                             status == kBadSecret ? "bad secret (another communicator?)"
-                                                  : "unexpected rank"));
+    throw RemoteError(
+        strCat(ctx.what, ": refused by peer: ",
+               status == kBadSecret ? "bad secret (another communicator?)" : "unexpected rank"));
   }
   return std::make_unique<TcpConnection>(rank, peer, peerAddr, std::move(fd), device);
 }

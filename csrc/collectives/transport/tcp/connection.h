@@ -33,8 +33,8 @@ class Listener {
   // Accepts and authenticates one connection from each rank in `from`, refusing anything
   // else, until all arrived (or the wait in ctx fails). Returns them by rank.
   std::map<int, std::unique_ptr<Connection>> acceptPeers(int rank, std::set<int> from,
-                                                         const std::string& secret,
-                                                         Device& device, const net::WaitCtx& ctx);
+                                                         const std::string& secret, Device& device,
+                                                         const net::WaitCtx& ctx);
   void close() { fd_.reset(); }
 
  private:
