@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "device/dtype.h"
+#include "test_dtype.h"
 #include "test_util.h"
 #include "xccl.h"
 
@@ -43,67 +44,8 @@ inline bool supported(xcclDataType_t t, xcclRedOp_t op) {
   return true;
 }
 
-inline void store(void* buf, size_t i, xcclDataType_t t, double v) {
-  auto* p = static_cast<char*>(buf);
-  switch (t) {
-    case xcclInt8:
-      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
-      break;
-    case xcclUint8:
-      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
-      break;
-    case xcclBool:
-      reinterpret_cast<uint8_t*>(p)[i] = v != 0;
-      break;
-    case xcclInt32:
-      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
-      break;
-    case xcclInt64:
-      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
-    case xcclFloat32:
-      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case xcclFloat64:
-      reinterpret_cast<double*>(p)[i] = v;
-      break;
-    case xcclFloat16:
-      reinterpret_cast<xccl::Half*>(p)[i] =
-          xccl::fromFloat(static_cast<float>(v), static_cast<xccl::Half*>(nullptr));
-      break;
-    case xcclBfloat16:
-      reinterpret_cast<xccl::BFloat16*>(p)[i] =
-          xccl::fromFloat(static_cast<float>(v), static_cast<xccl::BFloat16*>(nullptr));
-      break;
-    default:
-      break;
-  }
-}
-
-inline double load(const void* buf, size_t i, xcclDataType_t t) {
-  auto* p = static_cast<const char*>(buf);
-  switch (t) {
-    case xcclInt8:
-      return reinterpret_cast<const int8_t*>(p)[i];
-    case xcclUint8:
-    case xcclBool:
-      return reinterpret_cast<const uint8_t*>(p)[i];
-    case xcclInt32:
-      return reinterpret_cast<const int32_t*>(p)[i];
-    case xcclInt64:
-      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    case xcclFloat32:
-      return reinterpret_cast<const float*>(p)[i];
-    case xcclFloat64:
-      return reinterpret_cast<const double*>(p)[i];
-    case xcclFloat16:
-      return xccl::toFloat(reinterpret_cast<const xccl::Half*>(p)[i]);
-    case xcclBfloat16:
-      return xccl::toFloat(reinterpret_cast<const xccl::BFloat16*>(p)[i]);
-    default:
-      return NAN;
-  }
-}
+using xccl_test::load;
+using xccl_test::store;
 
 // v rounded to what a value of type t can hold.
 inline double roundTo(xcclDataType_t t, double v) {

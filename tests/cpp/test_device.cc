@@ -8,6 +8,7 @@
 #include "collectives/common/error.h"
 #include "device/device.h"
 #include "device/dtype.h"
+#include "test_dtype.h"
 
 namespace {
 
@@ -21,66 +22,8 @@ double value(int seed, size_t i, xcclDataType_t t) {
   return static_cast<double>(static_cast<int>((i * 7 + seed * 3) % 11) - 5);
 }
 
-void store(void* buf, size_t i, xcclDataType_t t, double v) {
-  auto* p = static_cast<char*>(buf);
-  switch (t) {
-    case xcclInt8:
-      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
-      break;
-    case xcclUint8:
-      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
-      break;
-    case xcclBool:
-      reinterpret_cast<uint8_t*>(p)[i] = v != 0;
-      break;
-    case xcclInt32:
-      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
-    case xcclInt64:
-      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
-    case xcclFloat32:
-      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case xcclFloat64:
-      reinterpret_cast<double*>(p)[i] = v;
-      break;
-    case xcclFloat16:
-      reinterpret_cast<xccl::Half*>(p)[i] = xccl::fromFloat(static_cast<float>(v), (xccl::Half*)0);
-      break;
-    case xcclBfloat16:
-      reinterpret_cast<xccl::BFloat16*>(p)[i] =
-          xccl::fromFloat(static_cast<float>(v), (xccl::BFloat16*)0);
-      break;
-    default:
-      FAIL();
-  }
-}
-
-double load(const void* buf, size_t i, xcclDataType_t t) {
-  auto* p = static_cast<const char*>(buf);
-  switch (t) {
-    case xcclInt8:
-      return reinterpret_cast<const int8_t*>(p)[i];
-    case xcclUint8:
-    case xcclBool:
-      return reinterpret_cast<const uint8_t*>(p)[i];
-    case xcclInt32:
-      return reinterpret_cast<const int32_t*>(p)[i];
-    case xcclInt64:
-      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    case xcclFloat32:
-      return reinterpret_cast<const float*>(p)[i];
-    case xcclFloat64:
-      return reinterpret_cast<const double*>(p)[i];
-    case xcclFloat16:
-      return xccl::toFloat(reinterpret_cast<const xccl::Half*>(p)[i]);
-    case xcclBfloat16:
-      return xccl::toFloat(reinterpret_cast<const xccl::BFloat16*>(p)[i]);
-    default:
-      return NAN;
-  }
-}
+using xccl_test::load;
+using xccl_test::store;
 
 double refOp(double a, double b, xcclRedOp_t op, xcclDataType_t t) {
   if (t == xcclBool) {
