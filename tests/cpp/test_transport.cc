@@ -138,21 +138,6 @@ int rawConnect(const sockaddr_in& addr) {
   return fd;
 }
 
-// Reads until EOF (or 3 s); returns the bytes received, or "TIMEOUT" if EOF never came.
-std::string readUntilEof(int fd) {
-  std::string got;
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (std::chrono::steady_clock::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    char buf[256];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return got;
-    got.append(buf, static_cast<size_t>(n));
-  }
-  return "TIMEOUT";
-}
-
 std::string hello(const std::string& rawSecret) {
   std::string h = "XCSB";
   xccl::net::putU32(h, 1);
@@ -208,7 +193,7 @@ TEST(UniqueIdStore, WrongSecretIsRefused) {
   testing::internal::CaptureStderr();
   int fd = rawConnect(idAddress(id));
   sendStr(fd, hello(std::string(32, 'x')));
-  EXPECT_EQ(readUntilEof(fd), std::string(1, '\1'));  // "refused", then closed
+  EXPECT_EQ(xccl_test::readUntilEof(fd), std::string(1, '\1'));  // "refused", then closed
   close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::string err = testing::internal::GetCapturedStderr();
@@ -250,7 +235,7 @@ TEST(UniqueIdStore, SurvivesMalformedAndTruncatedRequests) {
     if (a == attacks.back() || a == attacks[1]) {
       shutdown(fd, SHUT_WR);
     }
-    std::string got = readUntilEof(fd);
+    std::string got = xccl_test::readUntilEof(fd);
     EXPECT_NE(got, "TIMEOUT") << "server kept a malformed client open";
     close(fd);
   }

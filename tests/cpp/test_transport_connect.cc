@@ -286,20 +286,6 @@ class GatedStore : public xccl::Store {
   std::atomic<bool>& gate_;
 };
 
-std::string readAllUntilEof(int fd) {
-  std::string got;
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    char buf[256];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return got;
-    got.append(buf, static_cast<size_t>(n));
-  }
-  return "TIMEOUT";
-}
-
 int rawConnect(const std::string& addr) {
   sockaddr_in a = xccl::net::parseAddr(addr);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -345,7 +331,7 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
       int fd = rawConnect(target.tcpAddr);
       send(fd, a.bytes.data(), a.bytes.size(), MSG_NOSIGNAL);
       shutdown(fd, SHUT_WR);
-      std::string got = readAllUntilEof(fd);
+      std::string got = xccl_test::readUntilEof(fd, 10);
       if (got != a.expect)
         spyLog += "unexpected answer of " + std::to_string(got.size()) + " bytes; ";
       close(fd);

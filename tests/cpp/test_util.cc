@@ -1,7 +1,9 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,6 +134,20 @@ std::map<int, int> runProcesses(int nranks, const std::function<void(int)>& fn, 
     }
   }
   return status;
+}
+
+std::string readUntilEof(int fd, int timeoutSec) {
+  std::string got;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[256];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return "TIMEOUT";
 }
 
 void check(xcclResult_t r, xcclComm_t comm) {

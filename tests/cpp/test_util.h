@@ -50,6 +50,10 @@ xcclComm_t initThreadComm(MemoryStore& store, int nranks, int rank, const char* 
 void check(xcclResult_t r, xcclComm_t comm = nullptr);
 #define XCCL_TEST_CHECK(expr) ::xccl_test::check((expr))
 
+// Reads a socket until the peer closes it (or timeoutSec passes); returns the bytes
+// received, or "TIMEOUT" if the close never came. For tests of refused connections.
+std::string readUntilEof(int fd, int timeoutSec = 3);
+
 // Scoped environment variable override (restored on destruction).
 class ScopedEnv {
  public:
