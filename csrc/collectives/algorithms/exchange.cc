@@ -119,7 +119,8 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
       sends_(nranks),
       recvs_(nranks),
       p2pSent_(nranks, 0),
-      p2pRecvd_(nranks, 0) {
+      p2pRecvd_(nranks, 0),
+      mayHoldBytes_(nranks, 0) {
   XCCL_CHECK(static_cast<int>(ring_.size()) == nranks, "ring has ", ring_.size(), " ranks, not ",
              nranks);
   for (int i = 0; i < nranks; ++i) ringPos_[ring_[i]] = i;
@@ -258,6 +259,7 @@ bool Exchange::progressSend(int peer) {
   }
   q.pop_front();
   --pending_;
+  mayHoldBytes_[peer] = 1;
   return true;
 }
 
@@ -393,7 +395,11 @@ void Exchange::wait() {
         if (p == rank_) continue;
         Connection* c = conns_[p];
         const bool posted = !sends_[p].empty() || !recvs_[p].empty() || (recvAny_ != nullptr);
-        if (!posted && !c->sendPending()) continue;
+        if (!posted) {
+          if (!mayHoldBytes_[p]) continue;
+          mayHoldBytes_[p] = c->sendPending();
+          if (!mayHoldBytes_[p]) continue;
+        }
         busy = true;
         progressed |= c->progress();
         progressed |= progressSend(p);

@@ -121,6 +121,9 @@ class Exchange {
   std::vector<std::deque<MsgRef>> sends_, recvs_;
   MsgRef recvAny_;
   std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per-peer point-to-point message counters
+  // Peers whose connection may still hold bytes we committed (set when a send completes,
+  // cleared once sendPending() says no), so idle connections are not polled.
+  std::vector<char> mayHoldBytes_;
   size_t pending_ = 0;
   size_t sliceBytes_;
   bool streamingStores_ = false;

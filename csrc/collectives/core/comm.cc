@@ -25,6 +25,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
     : rank_(rank),
       nranks_(nranks),
       timeoutMs_(config.timeout_ms > 0 ? config.timeout_ms : xcclParamTimeoutMs()),
+      waitSpin_(xcclParamWaitSpin()),
+      streamingFrom_(xcclParamStreamingStoreBytes()),
       name_(config.name ? config.name : ""),
       device_(&getDevice(config.device)) {
   setLogRank(rank);
@@ -100,8 +102,7 @@ xcclResult_t Comm::query(uint64_t id) const {
 xcclResult_t Comm::wait(uint64_t id, int64_t timeoutMs) {
   if (timeoutMs < 0) timeoutMs = timeoutMs_;
   Backoff backoff;
-  static const int64_t spins = xcclParamWaitSpin();
-  for (int i = 0; i < spins; ++i) {
+  for (int64_t i = 0; i < waitSpin_; ++i) {
     xcclResult_t r = query(id);
     if (r != xcclInProgress) return r;
     backoff.idle();
@@ -219,11 +220,10 @@ static size_t outputBytes(const CollArgs& a, int nranks) {
 
 void Comm::runOp(OpEntry& op) {
   device_->streamWait(op.streamToken);
-  const int64_t streamingFrom = xcclParamStreamingStoreBytes();
   for (const CollArgs& args : op.colls) {
     ++collSeq_;
     const bool streaming =
-        streamingFrom >= 0 && outputBytes(args, nranks_) >= static_cast<size_t>(streamingFrom);
+        streamingFrom_ >= 0 && outputBytes(args, nranks_) >= static_cast<size_t>(streamingFrom_);
     exchange_->beginOp(args.type, collSeq_, Deadline::after(timeoutMs_), streaming);
     XCCL_TRACE(COLL, collName(args.type), " #", collSeq_, " count ", args.count, " ",
                xcclTypeName(args.dtype), " ", xcclOpName(args.op), " root ", args.root);

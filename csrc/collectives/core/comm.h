@@ -72,6 +72,8 @@ class Comm {
 
   int rank_, nranks_;
   int64_t timeoutMs_;
+  int64_t waitSpin_;       // XCCL_WAIT_SPIN
+  int64_t streamingFrom_;  // XCCL_STREAMING_STORE_BYTES
   std::string name_;
   Device* device_;
   PeerSetup peers_;
