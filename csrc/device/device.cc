@@ -5,9 +5,9 @@
 #include <memory>
 #include <mutex>
 
-#include "collectives/common/error.h"
-#include "collectives/common/log.h"
-#include "collectives/common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "dtype.h"
 #include "host/host_device.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "collectives/algorithms/algorithm.h"
-#include "collectives/common/error.h"
+#include "common/error.h"
 #include "device/device.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/common/error.h"
+#include "common/error.h"
 #include "device/device.h"
 #include "device/dtype.h"
 #include "test_dtype.h"

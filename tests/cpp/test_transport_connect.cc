@@ -18,7 +18,7 @@
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
-#include "collectives/common/error.h"
+#include "common/error.h"
 #include "collectives/transport/tcp/socket.h"
 #include "device/device.h"
 #include "test_util.h"

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "collectives/common/param.h"
+#include "common/param.h"
 #include "schedule.h"
 
 namespace xccl {

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "algorithm.h"
-#include "collectives/common/error.h"
-#include "collectives/common/param.h"
+#include "common/error.h"
+#include "common/param.h"
 #include "device/device.h"
 
 namespace xccl {

@@ -27,8 +27,8 @@
 #include <map>
 #include <string>
 
-#include "collectives/common/log.h"
-#include "collectives/common/param.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "schedule.h"
 
 namespace xccl {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/clock.h"
+#include "common/clock.h"
 #include "../transport/transport.h"
 #include "xccl.h"
 

@@ -10,9 +10,9 @@
 #include <map>
 #include <mutex>
 
-#include "../common/error.h"
-#include "../common/log.h"
-#include "../common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "../transport/tcp/socket.h"
 #include "bootstrap_internal.h"
 

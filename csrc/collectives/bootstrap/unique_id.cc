@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "../common/error.h"
-#include "../common/log.h"
-#include "../common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "../transport/tcp/socket.h"
 #include "bootstrap_internal.h"
 

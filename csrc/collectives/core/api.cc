@@ -9,8 +9,8 @@
 
 #include "../algorithms/algorithm.h"
 #include "../bootstrap/bootstrap.h"
-#include "../common/error.h"
-#include "../common/log.h"
+#include "common/error.h"
+#include "common/log.h"
 #include "comm.h"
 #include "device/device.h"
 #include "xccl.h"

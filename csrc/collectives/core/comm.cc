@@ -3,9 +3,9 @@
 #include <chrono>
 
 #include "../algorithms/algorithm.h"
-#include "../common/error.h"
-#include "../common/log.h"
-#include "../common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "device/device.h"
 
 namespace xccl {

@@ -15,9 +15,9 @@
 #include <set>
 
 #include "../bootstrap/bootstrap_internal.h"
-#include "../common/error.h"
-#include "../common/log.h"
-#include "../common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "device/device.h"
 #include "shm/connection.h"
 #include "tcp/connection.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/clock.h"
+#include "common/clock.h"
 
 namespace xccl {
 

@@ -7,7 +7,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "collectives/common/error.h"
+#include "common/error.h"
 #include "device/dtype.h"
 
 namespace xccl {

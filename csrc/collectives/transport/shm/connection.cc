@@ -14,9 +14,9 @@
 #include <fstream>
 #include <new>
 
-#include "../../common/error.h"
-#include "../../common/log.h"
-#include "../../common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "device/device.h"
 
 namespace xccl {

@@ -13,9 +13,9 @@
 #include <mutex>
 #include <vector>
 
-#include "../../common/error.h"
-#include "../../common/log.h"
-#include "../../common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "device/device.h"
 
 namespace xccl {

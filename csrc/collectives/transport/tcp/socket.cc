@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../../common/error.h"
-#include "../../common/log.h"
-#include "../../common/param.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
 
 namespace xccl {
 namespace net {

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../../common/clock.h"
+#include "common/clock.h"
 
 namespace xccl {
 namespace net {
