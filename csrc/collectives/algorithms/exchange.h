@@ -5,13 +5,24 @@
 // directions, honouring the operation's deadline and the communicator's abort flag.
 // Messages between two ranks in one direction match in posting order.
 //
-// Framing (done here, not in the transports): every message is a 32-byte header
-// {magic, op type, flags, sequence, payload bytes, check} followed by the payload padded
-// to a multiple of 32 bytes, so a header never straddles a ring's end (rings are multiples
-// of 64 bytes) and a window never splits an element. The receiver checks magic, kind (collective /
-// point-to-point), sequence and length against what it posted: a mismatch means the ranks disagree
-// on the operation or its count, and fails the operation with both sides' values in the message,
-// never reading past the posted buffer.
+// Framing (done here, not in the transports): every message is a 64-byte header
+// {magic, op type, flags, sequence, payload bytes, the sender's call (dtype, op, root,
+// count), check} followed by the payload padded to a multiple of 64 bytes, so a header never
+// straddles a ring's end (rings are multiples of 64 bytes) and a window never splits an
+// element. The receiver checks every header against its own call: kind (collective /
+// point-to-point), sequence, collective, dtype, reduction op, root, element count and
+// length. A mismatch means the ranks disagree on the operation; it fails the operation with
+// both sides' calls in the message, never reading past the posted buffer.
+//
+// Desync check: every collective on two or more ranks also carries one header-only frame
+// from each rank to its ring successor (postCheck()), so every rank compares its call with
+// at least one other rank's even when the schedule gives it nothing to receive (a
+// broadcast root, a gather leaf): when two ranks disagree, ranks on both sides of the
+// disagreement fail with both calls named, instead of returning.
+//
+// A failing rank sends an abort frame carrying its error to every peer whose stream is at a
+// frame boundary before it closes its connections, so a peer that fails because of it says
+// why (the root cause), not only that the connection closed.
 #pragma once
 
 #include <atomic>
@@ -61,7 +72,26 @@ struct CollArgs {
   int* anyPeerOut = nullptr;      // recv-any: where the sender's rank goes
 };
 
-struct PendingMsg;  // defined in exchange.cc
+// What a rank called, as carried in every frame header and compared by the receiver.
+// Fields that do not apply to a collective are normalised (op -1 outside reductions, root
+// -1 without a root, count 0 for alltoallv and barrier) so that equal calls compare equal.
+struct OpSignature {
+  CollType type = CollType::kAllReduce;
+  int dtype = -1;
+  int op = -1;
+  int root = -1;
+  uint64_t count = 0;
+  bool operator==(const OpSignature& o) const {
+    return type == o.type && dtype == o.dtype && op == o.op && root == o.root && count == o.count;
+  }
+  bool operator!=(const OpSignature& o) const { return !(*this == o); }
+};
+OpSignature signatureOf(const CollArgs& args);
+// "allreduce(float32, 1048576, sum)", "broadcast(float32, 8, root 0)", "barrier()".
+std::string describeCall(const OpSignature& sig);
+
+struct PendingMsg;   // defined in exchange.cc
+struct FrameHeader;  // defined in exchange.cc
 // A posted receive, for sendForward(). Valid until the wait() that completes it returns.
 using MsgRef = std::shared_ptr<PendingMsg>;
 
@@ -80,11 +110,18 @@ class Exchange {
   int ringNext() const { return ring_[(ringPos_[rank_] + 1) % nranks_]; }
   int ringPrev() const { return ring_[(ringPos_[rank_] + nranks_ - 1) % nranks_]; }
 
-  // Called by the communicator before each operation. streamingStores: the operation's
-  // output is too large to stay in cache, so receives that nothing forwards are written
-  // with CopyKind::kStagingToDeviceNoReuse.
-  void beginOp(CollType type, uint64_t collSeq, const Deadline& deadline,
+  // Called by the communicator before each operation (collSeq 0 for point-to-point).
+  // streamingStores: the operation's output is too large to stay in cache, so receives that
+  // nothing forwards are written with CopyKind::kStagingToDeviceNoReuse.
+  void beginOp(const OpSignature& sig, uint64_t collSeq, const Deadline& deadline,
                bool streamingStores = false);
+  // Posts the desync check of a collective: a header-only frame to the ring successor and
+  // its counterpart from the ring predecessor (see the file comment). Call it first, before
+  // the schedule's messages, on every rank.
+  void postCheck();
+  // Point-to-point ops of one group differ in dtype and count: the messages posted after
+  // this carry `sig` (a collective's messages carry beginOp's).
+  void setSignature(const OpSignature& sig) { sig_ = sig; }
 
   // Posts a message of `bytes` bytes from device buffer src to peer.
   void send(int peer, const void* src, size_t bytes);
@@ -107,8 +144,13 @@ class Exchange {
   bool progressSend(int peer);
   bool progressRecv(int peer);
   bool progressRecvAny();
+  bool posted(int peer) const;
   void checkPeers();
+  [[noreturn]] void failPeerGone(int peer, const std::string& why);
   [[noreturn]] void failTimeout();
+  void checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) const;
+  std::string abortReason(int peer);  // the peer's abort frame at the head of its stream, if any
+  void sendAbortFrames(const std::string& why);
 
   int rank_, nranks_;
   Device& device_;
@@ -116,6 +158,7 @@ class Exchange {
   std::vector<int> ring_, ringPos_;
   const std::atomic<bool>& abort_;
   CollType type_ = CollType::kAllReduce;
+  OpSignature sig_;
   uint64_t collSeq_ = 0;
   Deadline deadline_;
   std::vector<std::deque<MsgRef>> sends_, recvs_;

@@ -296,7 +296,13 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   validateCollArgs(args, ex.rank(), ex.nranks());
   const bool handshake = isPointToPoint(args.type) || args.type == CollType::kBarrier ||
                          args.type == CollType::kAllToAllv;
-  if (args.count == 0 && !handshake) return;  // nothing to move on any rank
+  // Every rank compares its call with its ring predecessor's, even when it has nothing to
+  // move, so ranks that disagree fail instead of returning (Exchange::postCheck).
+  ex.postCheck();
+  if (args.count == 0 && !handshake) {  // nothing to move on any rank
+    ex.wait();
+    return;
+  }
   if (ex.nranks() == 1) {
     runLocal(ex, args);
     return;
@@ -317,6 +323,7 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   XCCL_TRACE(COLL, collName(args.type), " ", describe(args, ex), " op ",
              reduction ? xcclOpName(args.op) : "-", " root ", args.root, " via ", algorithm.name);
   algorithm.run(ex, run);
+  ex.wait();  // the check frames, when the schedule posted nothing after them
   if (reduction && args.op == xcclAvg) {
     size_t owned = ownedOutput(args, ex.rank());
     if (owned > 0) ex.device().divide(args.recvbuf, owned, args.dtype, ex.nranks());

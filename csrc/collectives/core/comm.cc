@@ -224,18 +224,19 @@ void Comm::runOp(OpEntry& op) {
     ++collSeq_;
     const bool streaming =
         streamingFrom_ >= 0 && outputBytes(args, nranks_) >= static_cast<size_t>(streamingFrom_);
-    exchange_->beginOp(args.type, collSeq_, Deadline::after(timeoutMs_), streaming);
+    exchange_->beginOp(signatureOf(args), collSeq_, Deadline::after(timeoutMs_), streaming);
     XCCL_TRACE(COLL, collName(args.type), " #", collSeq_, " count ", args.count, " ",
                xcclTypeName(args.dtype), " ", xcclOpName(args.op), " root ", args.root);
     runCollective(*exchange_, args);
   }
   if (!op.p2p.empty()) {
-    exchange_->beginOp(op.p2p.front().type, 0, Deadline::after(timeoutMs_));
+    exchange_->beginOp(signatureOf(op.p2p.front()), 0, Deadline::after(timeoutMs_));
     std::vector<const CollArgs*> selfSends, selfRecvs;  // paired in order (checked at GroupEnd)
     for (const CollArgs& args : op.p2p) {
       if (args.root == rank_ && args.type != CollType::kRecvAny) {
         (args.type == CollType::kSend ? selfSends : selfRecvs).push_back(&args);
       } else {
+        exchange_->setSignature(signatureOf(args));
         postP2P(*exchange_, args);
       }
     }

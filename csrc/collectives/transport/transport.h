@@ -34,17 +34,21 @@ class Connection {
   // Releases `bytes` bytes at the start of the last peeked window.
   virtual void consumeRecv(size_t bytes) = 0;
   // Moves bytes between user-space rings and the wire (TCP); no-op for shared memory.
-  // Returns true when anything moved. Throws RemoteError when the peer has closed/died.
+  // Returns true when anything moved. A peer that left is not an error here (what it sent
+  // before leaving stays readable): see peerGone(). Throws only for a broken connection
+  // (corrupt ring, closed locally).
   virtual bool progress() = 0;
   // True while bytes committed with commitSend() have not yet left this process (TCP:
   // still in the user-space ring because the socket was full). The engine keeps
   // progressing such a connection before it reports an operation complete, so that no
   // peer waits on bytes parked here while this rank sits idle.
   virtual bool sendPending() { return false; }
-  // Throws RemoteError if the peer is known to be gone (closed flag, dead process,
-  // socket hangup). Called by idle progress loops now and then; may cost a syscall.
-  virtual void checkAlive() = 0;
-  // Marks this side closed so the peer's next check fails fast. Idempotent, never throws.
+  // Empty while the peer is there; once it has left (closed its end, process died, socket
+  // hangup) a few words saying how. Everything the peer sent before leaving can still be
+  // read: the engine drains it before deciding whether the departure failed anything.
+  // Called by idle progress loops now and then; may cost a syscall.
+  virtual std::string peerGone() = 0;
+  // Marks this side closed so the peer sees peerGone() at once. Idempotent, never throws.
   virtual void close() = 0;
   // "SHM" or "TCP"
   virtual const char* kind() const = 0;

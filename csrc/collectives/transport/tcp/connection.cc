@@ -119,19 +119,24 @@ class TcpConnection : public Connection {
     if (closed_) throw RemoteError(strCat(who(), " was closed locally"));
     bool moved = flush();
     moved |= fill();
-    // The peer left. What it sent before leaving is still ours to read; once that is
-    // drained (or if it left with our bytes unread) the connection is dead.
-    if (peerGone_ && (recv_.used() == 0 || send_.used() != 0)) {
-      throw RemoteError(strCat(who(), " closed by peer", goneWhy_));
-    }
     return moved;
   }
 
-  void checkAlive() override { progress(); }
+  // The peer left once the socket said EOF or failed; what it sent before that is in our
+  // ring (fill() reads up to the EOF), so nothing it delivered is lost.
+  std::string peerGone() override {
+    std::lock_guard<std::mutex> lock(ioMu_);
+    if (!closed_) {
+      flush();
+      fill();
+    }
+    return recvDone_ || sendBroken_ ? strCat("closed the connection", goneWhy_) : std::string();
+  }
 
+  // Bytes for a peer that has left can never leave: not pending.
   bool sendPending() override {
     std::lock_guard<std::mutex> lock(ioMu_);
-    return !closed_ && send_.used() != 0;
+    return !closed_ && !sendBroken_ && send_.used() != 0;
   }
 
   // Safe to call from another thread than the one progressing (abort): the socket is
@@ -145,7 +150,7 @@ class TcpConnection : public Connection {
     // peer that stops reading (it is failing too) is given up on quickly.
     auto start = Clock::now(), lastMove = start;
     try {
-      while (send_.used() != 0 && !peerGone_) {
+      while (send_.used() != 0 && !sendBroken_ && !recvDone_) {
         auto now = Clock::now();
         if (now - start > std::chrono::milliseconds(kCloseFlushMs) ||
             now - lastMove > std::chrono::milliseconds(kCloseStallMs)) {
@@ -175,7 +180,7 @@ class TcpConnection : public Connection {
   // Ring -> socket. Returns true when bytes left.
   bool flush() {
     bool moved = false;
-    while (send_.used() != 0) {
+    while (send_.used() != 0 && !sendBroken_) {
       size_t pos = static_cast<size_t>(send_.tail % send_.size);
       size_t n = std::min(send_.used(), send_.size - pos);
       ssize_t got = ::send(fd_.get(), send_.data + pos, n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -186,17 +191,19 @@ class TcpConnection : public Connection {
       }
       if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (got < 0 && errno == EINTR) continue;
-      int err = errno;
-      peerGone_ = true;
-      throw RemoteError(strCat(who(), " closed by peer (send: ", errnoString(err), ")"));
+      // The peer is gone (EPIPE, reset): note it; the engine decides whether that failed
+      // anything once it has read what the peer sent before leaving.
+      if (goneWhy_.empty()) goneWhy_ = strCat(" (send: ", errnoString(errno), ")");
+      sendBroken_ = true;
+      break;
     }
     return moved;
   }
 
-  // Socket -> ring. Returns true when bytes arrived; notes EOF/reset in peerGone_.
+  // Socket -> ring. Returns true when bytes arrived; notes EOF/reset in recvDone_.
   bool fill() {
     bool moved = false;
-    while (!peerGone_ && recv_.used() < recv_.size) {
+    while (!recvDone_ && recv_.used() < recv_.size) {
       size_t pos = static_cast<size_t>(recv_.h() % recv_.size);
       size_t n = std::min(recv_.size - recv_.used(), recv_.size - pos);
       ssize_t got = ::recv(fd_.get(), recv_.data + pos, n, MSG_DONTWAIT);
@@ -207,8 +214,8 @@ class TcpConnection : public Connection {
       }
       if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (got < 0 && errno == EINTR) continue;
-      peerGone_ = true;
-      goneWhy_ = got == 0 ? " (EOF)" : strCat(" (recv: ", errnoString(errno), ")");
+      recvDone_ = true;
+      if (goneWhy_.empty()) goneWhy_ = got == 0 ? " (EOF)" : strCat(" (recv: ", errnoString(errno), ")");
     }
     return moved;
   }
@@ -219,7 +226,8 @@ class TcpConnection : public Connection {
   Device& device_;
   Ring send_, recv_;
   size_t reserved_ = 0, peeked_ = 0;
-  bool peerGone_ = false;
+  bool recvDone_ = false;   // EOF or error reading: the peer sent all it ever will
+  bool sendBroken_ = false;  // EPIPE / reset writing: the peer reads no more
   std::string goneWhy_;
   std::mutex ioMu_;  // progress() vs close()
   bool closed_ = false;
