@@ -60,7 +60,8 @@ class BuildWithCore(BuildExtension):
 
 ext = CppExtension(
     name="torch_xccl._C",
-    sources=["csrc/process_group_xccl/ProcessGroupXCCL.cpp"],  # the only torch-including TU
+    sources=["csrc/process_group_xccl/ProcessGroupXCCL.cpp",
+             "csrc/process_group_xccl/DesyncDebug.cpp"],
     include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include")],
     library_dirs=[CORE_BUILD],
     libraries=["xccl"],

@@ -50,6 +50,18 @@ std::string libError(xcclResult_t r, const char* detail) {
   return s;
 }
 
+// "allreduce(Float, 1048576)": the op and its first staged tensor, for the desync report.
+std::string describeCall(const char* opName, const std::vector<at::Tensor>& tensors) {
+  std::ostringstream os;
+  os << opName << "(";
+  if (!tensors.empty() && tensors[0].defined()) {
+    os << tensors[0].scalar_type() << ", " << tensors[0].numel();
+    if (tensors.size() > 1) os << ", +" << tensors.size() - 1 << " tensors";
+  }
+  os << ")";
+  return os.str();
+}
+
 // ---------------------------------------------------------------- argument checks
 xcclDataType_t toXcclType(const char* op, at::ScalarType t) {
   switch (t) {
@@ -280,6 +292,7 @@ std::exception_ptr WorkXCCL::makeError(xcclResult_t r, const std::string& what) 
   std::ostringstream os;
   os << "xccl " << opName_ << ": " << what << " (rank " << comm_->rank << ", group '" << comm_->name
      << "', op #" << seq_ << "): " << libError(r, nullptr);
+  if (comm_->desync && collSeq_ > 0) os << comm_->desync->report(collSeq_);
   return distError(os.str());
 }
 
@@ -434,6 +447,7 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
               " (group '" + state_->name + "'): " + libError(r, xcclGetLastError(nullptr)));
   }
   state_->comm = comm;
+  state_->desync = DesyncDebugger::fromEnv(store_, rank, size);
   completion_ = std::thread([this] { completionLoop(); });
 }
 
@@ -509,6 +523,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
       throwDist(std::string("xccl ") + opName + ": " + libError(r, detail.c_str()));
     }
     seq_.fetch_add(1);
+    if (state_->desync && type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+        type != c10d::OpType::RECVANYSOURCE) {
+      work->collSeq_ = ++collSeq_;
+      state_->desync->recordIssued(collSeq_, describeCall(opName, work->keepAlive_.empty() ? work->outputs_ : work->keepAlive_));
+    }
     if (coalescing_) {
       coalesced_.push_back(work);
       return work;

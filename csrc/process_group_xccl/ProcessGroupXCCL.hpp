@@ -13,7 +13,7 @@
 //   Work::wait(): waits the same event on the caller's thread (whichever side sees completion
 //                  first runs the post step; it runs exactly once).
 //
-// Only this header and ProcessGroupXCCL.cpp include torch.
+// Only this header, ProcessGroupXCCL.cpp and DesyncDebug.{hpp,cpp} include torch.
 #pragma once
 
 #include <atomic>
@@ -33,6 +33,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "DesyncDebug.hpp"
 #include "xccl.h"
 
 namespace torch_xccl {
@@ -85,6 +86,7 @@ struct CommState {
   int rank = 0;
   int size = 0;
   std::string name;  // process-group name, for messages
+  std::shared_ptr<DesyncDebugger> desync;  // TORCH_XCCL_DESYNC_DEBUG=1 only
 
   // Runs f(comm) under the shared lock; returns false (and leaves r untouched) when the
   // communicator is closed.
@@ -157,6 +159,7 @@ class WorkXCCL : public c10d::Work {
   std::atomic<bool> done_{false};
   int peer_ = -1;
   bool peerIsOutput_ = false;
+  uint64_t collSeq_ = 0;  // collective number for the desync report (0: point-to-point)
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> futureWanted_{false};
   std::weak_ptr<CompletionQueue> completionQueue_;  // weak: the queue holds the Work
@@ -260,6 +263,7 @@ class ProcessGroupXCCL : public c10d::Backend {
   c10::intrusive_ptr<Options> options_;
   std::shared_ptr<CommState> state_;
   std::atomic<uint64_t> seq_{0};
+  uint64_t collSeq_ = 0;  // collectives only (the desync report's numbering); under enqueueMu
   uint64_t barrierCount_ = 0;  // for monitoredBarrier store keys
   bool blockingWait_ = false;
   AsyncErrorMode errorMode_ = AsyncErrorMode::kCleanUpOnly;
