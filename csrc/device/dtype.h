@@ -1,52 +1,16 @@
-// Element types shared by the device implementations: sizes, the op/dtype support matrix,
-// and scalar conversions for the 16-bit floating types (accumulated in float32).
+// Element types shared by the device implementations: the 16-bit floating types (defined by
+// the xdev runtime, whose kernels use them) and which xccl types are floating point.
 #pragma once
 
-#include <cstdint>
-#include <cstring>
-
 #include "xccl.h"
+#include "xdev/half.h"
 
 namespace xccl {
 
-// IEEE binary16, stored as bits; arithmetic goes through float.
-struct Half {
-  uint16_t bits;
-};
-// bfloat16 (the top 16 bits of a float32), stored as bits.
-struct BFloat16 {
-  uint16_t bits;
-};
-
-inline float toFloat(Half h) {
-  _Float16 f;
-  std::memcpy(&f, &h.bits, 2);
-  return static_cast<float>(f);
-}
-inline Half fromFloat(float x, Half*) {
-  _Float16 f = static_cast<_Float16>(x);  // round to nearest even
-  Half h;
-  std::memcpy(&h.bits, &f, 2);
-  return h;
-}
-inline float toFloat(BFloat16 b) {
-  uint32_t u = static_cast<uint32_t>(b.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline BFloat16 fromFloat(float x, BFloat16*) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  BFloat16 b;
-  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep it a (quiet) NaN
-    b.bits = static_cast<uint16_t>((u >> 16) | 0x40);
-  } else {  // round to nearest even
-    u += 0x7fffu + ((u >> 16) & 1u);
-    b.bits = static_cast<uint16_t>(u >> 16);
-  }
-  return b;
-}
+using xdev::BFloat16;
+using xdev::fromFloat;
+using xdev::Half;
+using xdev::toFloat;
 
 inline bool isFloatType(xcclDataType_t t) {
   return t == xcclFloat16 || t == xcclFloat32 || t == xcclFloat64 || t == xcclBfloat16;

@@ -2,145 +2,34 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include "common/error.h"
-#include "device/dtype.h"
+#include "xdev_runtime.h"
 
 namespace xccl {
 
+// The runtime's kernel enums are xccl's, value for value.
+constexpr bool same(int xdevValue, int xcclValue) { return xdevValue == xcclValue; }
+static_assert(same(xdevInt8, xcclInt8) && same(xdevUint8, xcclUint8) &&
+              same(xdevInt32, xcclInt32) && same(xdevInt64, xcclInt64) &&
+              same(xdevFloat16, xcclFloat16) && same(xdevFloat32, xcclFloat32) &&
+              same(xdevFloat64, xcclFloat64) && same(xdevBfloat16, xcclBfloat16) &&
+              same(xdevBool, xcclBool) && same(xdevNumTypes, xcclNumTypes));
+static_assert(same(xdevSum, xcclSum) && same(xdevProd, xcclProd) && same(xdevMax, xcclMax) &&
+              same(xdevMin, xcclMin) && same(xdevAvg, xcclAvg) &&
+              same(xdevPremulSum, xcclPremulSum) && same(xdevBand, xcclBand) &&
+              same(xdevBor, xcclBor) && same(xdevBxor, xcclBxor) && same(xdevNumOps, xcclNumOps));
+
 namespace {
 
-// Element-wise binary ops. Integer and bool types use their own arithmetic; the 16-bit
-// float types are widened to float32 for each step and rounded back once.
-struct OpSum {
-  template <typename T>
-  static T apply(T a, T b) {
-    return a + b;
+// A kernel call the checks above admitted failed anyway: a bug, reported with its message.
+void check(xdevError_t rc) {
+  if (rc != xdevSuccess) {
+    throw Error(xcclInternalError, strCat("xdev kernel: ", xdevGetLastErrorMessage()));
   }
-};
-struct OpProd {
-  template <typename T>
-  static T apply(T a, T b) {
-    return a * b;
-  }
-};
-struct OpMax {
-  template <typename T>
-  static T apply(T a, T b) {
-    return a < b ? b : a;
-  }
-};
-struct OpMin {
-  template <typename T>
-  static T apply(T a, T b) {
-    return b < a ? b : a;
-  }
-};
-struct OpBand {
-  template <typename T>
-  static T apply(T a, T b) {
-    return a & b;
-  }
-};
-struct OpBor {
-  template <typename T>
-  static T apply(T a, T b) {
-    return a | b;
-  }
-};
-struct OpBxor {
-  template <typename T>
-  static T apply(T a, T b) {
-    return a ^ b;
-  }
-};
-
-template <typename Op, typename T>
-void reduceLoop(T* dst, const T* a, const T* b, size_t n) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    for (size_t i = 0; i < n; ++i) {
-      dst[i] = fromFloat(Op::apply(toFloat(a[i]), toFloat(b[i])), static_cast<T*>(nullptr));
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
-  }
-}
-
-// bool is stored as one byte 0/1: sum/max = or, prod/min = and.
-void reduceBool(uint8_t* dst, const uint8_t* a, const uint8_t* b, size_t n, xcclRedOp_t op) {
-  switch (op) {
-    case xcclSum:
-    case xcclMax:
-    case xcclBor:
-      for (size_t i = 0; i < n; ++i) dst[i] = (a[i] | b[i]) != 0;
-      return;
-    case xcclProd:
-    case xcclMin:
-    case xcclBand:
-      for (size_t i = 0; i < n; ++i) dst[i] = (a[i] & b[i]) != 0;
-      return;
-    case xcclBxor:
-      for (size_t i = 0; i < n; ++i) dst[i] = (a[i] != 0) != (b[i] != 0);
-      return;
-    default:
-      throw InvalidUsage(strCat("reduce: op ", xcclOpName(op), " is not defined for bool"));
-  }
-}
-
-template <typename T>
-void reduceTyped(void* dst, const void* a, const void* b, size_t n, xcclRedOp_t op) {
-  auto* d = static_cast<T*>(dst);
-  auto* x = static_cast<const T*>(a);
-  auto* y = static_cast<const T*>(b);
-  switch (op) {
-    case xcclSum:
-      return reduceLoop<OpSum>(d, x, y, n);
-    case xcclProd:
-      return reduceLoop<OpProd>(d, x, y, n);
-    case xcclMax:
-      return reduceLoop<OpMax>(d, x, y, n);
-    case xcclMin:
-      return reduceLoop<OpMin>(d, x, y, n);
-    default:
-      break;
-  }
-  if constexpr (std::is_integral_v<T>) {
-    switch (op) {
-      case xcclBand:
-        return reduceLoop<OpBand>(d, x, y, n);
-      case xcclBor:
-        return reduceLoop<OpBor>(d, x, y, n);
-      case xcclBxor:
-        return reduceLoop<OpBxor>(d, x, y, n);
-      default:
-        break;
-    }
-  }
-  throw InvalidUsage(strCat("reduce: op ", xcclOpName(op),
-                            " is not an element-wise reduction "
-                            "for this type (Avg and PremulSum are built from Sum)"));
-}
-
-template <typename T, typename S>
-void scaleTyped(void* dst, const void* src, size_t n, S s) {
-  auto* d = static_cast<T*>(dst);
-  auto* x = static_cast<const T*>(src);
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    for (size_t i = 0; i < n; ++i) d[i] = fromFloat(toFloat(x[i]) * s, static_cast<T*>(nullptr));
-  } else {
-    for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(x[i] * s);
-  }
-}
-
-template <typename T>
-T loadScalar(const void* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
 }
 
 }  // namespace
@@ -197,89 +86,30 @@ void HostDevice::copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   }
 }
 
+// The kernels live in the xdev runtime (csrc/device/xdev/kernels.cc); the host device runs
+// them on the calling thread, whose own ordering already makes the operands ready.
 void HostDevice::reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
                         xcclRedOp_t op) {
-  switch (dtype) {
-    case xcclInt8:
-      return reduceTyped<int8_t>(dst, a, b, count, op);
-    case xcclUint8:
-      return reduceTyped<uint8_t>(dst, a, b, count, op);
-    case xcclInt32:
-      return reduceTyped<int32_t>(dst, a, b, count, op);
-    case xcclInt64:
-      return reduceTyped<int64_t>(dst, a, b, count, op);
-    case xcclFloat16:
-      return reduceTyped<Half>(dst, a, b, count, op);
-    case xcclBfloat16:
-      return reduceTyped<BFloat16>(dst, a, b, count, op);
-    case xcclFloat32:
-      return reduceTyped<float>(dst, a, b, count, op);
-    case xcclFloat64:
-      return reduceTyped<double>(dst, a, b, count, op);
-    case xcclBool:
-      return reduceBool(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
-                        static_cast<const uint8_t*>(b), count, op);
-    default:
-      throw InvalidArgument(strCat("reduce: unknown data type ", static_cast<int>(dtype)));
-  }
+  XCCL_CHECK_ARG(dtypeSize(dtype) != 0, "reduce: unknown data type ", static_cast<int>(dtype));
+  XCCL_CHECK(opSupported(dtype, op) && op != xcclAvg && op != xcclPremulSum, "reduce: op ",
+             xcclOpName(op), " is not an element-wise reduction for ", xcclTypeName(dtype),
+             " (Avg and PremulSum are built from Sum)");
+  check(xdevReduce(dst, a, b, count, static_cast<xdevDataType_t>(dtype),
+                   static_cast<xdevRedOp_t>(op)));
 }
 
 void HostDevice::scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
                        const void* scalar) {
-  switch (dtype) {
-    case xcclInt8:
-      return scaleTyped<int8_t>(dst, src, count, loadScalar<int8_t>(scalar));
-    case xcclUint8:
-      return scaleTyped<uint8_t>(dst, src, count, loadScalar<uint8_t>(scalar));
-    case xcclInt32:
-      return scaleTyped<int32_t>(dst, src, count, loadScalar<int32_t>(scalar));
-    case xcclInt64:
-      return scaleTyped<int64_t>(dst, src, count, loadScalar<int64_t>(scalar));
-    case xcclFloat16:
-      return scaleTyped<Half>(dst, src, count, toFloat(loadScalar<Half>(scalar)));
-    case xcclBfloat16:
-      return scaleTyped<BFloat16>(dst, src, count, toFloat(loadScalar<BFloat16>(scalar)));
-    case xcclFloat32:
-      return scaleTyped<float>(dst, src, count, loadScalar<float>(scalar));
-    case xcclFloat64:
-      return scaleTyped<double>(dst, src, count, loadScalar<double>(scalar));
-    default:
-      throw InvalidArgument(strCat("scale: not defined for ", xcclTypeName(dtype)));
-  }
+  XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "scale: not defined for ",
+                 xcclTypeName(dtype));
+  check(xdevScale(dst, src, count, static_cast<xdevDataType_t>(dtype), scalar));
 }
 
 void HostDevice::divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) {
   XCCL_CHECK(divisor != 0, "divide by zero");
-  auto div = [&](auto* d) {
-    using T = std::remove_pointer_t<decltype(d)>;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      for (size_t i = 0; i < count; ++i) {
-        d[i] = fromFloat(toFloat(d[i]) / static_cast<float>(divisor), static_cast<T*>(nullptr));
-      }
-    } else {
-      for (size_t i = 0; i < count; ++i) d[i] = static_cast<T>(d[i] / static_cast<T>(divisor));
-    }
-  };
-  switch (dtype) {
-    case xcclInt8:
-      return div(static_cast<int8_t*>(dst));
-    case xcclUint8:
-      return div(static_cast<uint8_t*>(dst));
-    case xcclInt32:
-      return div(static_cast<int32_t*>(dst));
-    case xcclInt64:
-      return div(static_cast<int64_t*>(dst));
-    case xcclFloat16:
-      return div(static_cast<Half*>(dst));
-    case xcclBfloat16:
-      return div(static_cast<BFloat16*>(dst));
-    case xcclFloat32:
-      return div(static_cast<float*>(dst));
-    case xcclFloat64:
-      return div(static_cast<double*>(dst));
-    default:
-      throw InvalidArgument(strCat("divide: not defined for ", xcclTypeName(dtype)));
-  }
+  XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "divide: not defined for ",
+                 xcclTypeName(dtype));
+  check(xdevDivide(dst, count, static_cast<xdevDataType_t>(dtype), divisor));
 }
 
 }  // namespace xccl

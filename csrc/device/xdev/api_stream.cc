@@ -1,0 +1,107 @@
+// C entry points: streams and host-function launches.
+#include <algorithm>
+
+#include "runtime.h"
+#include "status.h"
+
+using xdev::api;
+using xdev::Runtime;
+
+extern "C" {
+
+xdevError_t xdevStreamCreateWithPriority(xdevStream_t* stream, unsigned flags, int priority) {
+  return api("xdevStreamCreateWithPriority", [&] {
+    XDEV_REQUIRE(stream != nullptr, xdevErrorInvalidValue, "stream is NULL");
+    XDEV_REQUIRE((flags & ~static_cast<unsigned>(xdevStreamNonBlocking)) == 0,
+                 xdevErrorInvalidValue, "unknown stream flags ", flags);
+    // Clamped into the range, as CUDA does.
+    priority = std::clamp(priority, xdev::kGreatestPriority, xdev::kLeastPriority);
+    Runtime& rt = Runtime::get();
+    *stream = rt.createStream(rt.currentDevice(), priority);
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevStreamCreateWithFlags(xdevStream_t* stream, unsigned flags) {
+  return xdevStreamCreateWithPriority(stream, flags, xdev::kLeastPriority);
+}
+
+xdevError_t xdevStreamCreate(xdevStream_t* stream) {
+  return xdevStreamCreateWithPriority(stream, xdevStreamDefault, xdev::kLeastPriority);
+}
+
+xdevError_t xdevStreamDestroy(xdevStream_t stream) {
+  return api("xdevStreamDestroy", [&] {
+    Runtime& rt = Runtime::get();
+    XDEV_REQUIRE(stream != nullptr, xdevErrorInvalidResourceHandle,
+                 "the default stream cannot be destroyed");
+    XDEV_REQUIRE(rt.stream(stream).get() != xdev::Stream::current(), xdevErrorInvalidValue,
+                 "a host function cannot destroy its own stream");
+    rt.takeStream(stream)->drainAndStop();
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevStreamQuery(xdevStream_t stream) {
+  return api("xdevStreamQuery", [&] {
+    auto s = Runtime::get().stream(stream);
+    if (xdevError_t e = s->error()) return e;
+    return s->reached(s->tail()) ? xdevSuccess : xdevErrorNotReady;
+  });
+}
+
+xdevError_t xdevStreamSynchronize(xdevStream_t stream) {
+  return api("xdevStreamSynchronize", [&] {
+    auto s = Runtime::get().stream(stream);
+    s->waitFor(s->tail());
+    return s->error();
+  });
+}
+
+xdevError_t xdevStreamWaitEvent(xdevStream_t stream, xdevEvent_t event, unsigned flags) {
+  return api("xdevStreamWaitEvent", [&] {
+    XDEV_REQUIRE(flags == 0, xdevErrorInvalidValue, "flags must be 0, got ", flags);
+    Runtime& rt = Runtime::get();
+    auto s = rt.stream(stream);
+    xdev::Event::Mark mark = rt.event(event)->mark();
+    // Nothing to wait for: never recorded, recorded on this very stream (already in order),
+    // or already done.
+    if (!mark.stream || mark.stream == s || mark.done()) return xdevSuccess;
+    s->enqueue([src = mark.stream, pos = mark.pos] { src->waitFor(pos); });
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevStreamGetDevice(xdevStream_t stream, int* device) {
+  return api("xdevStreamGetDevice", [&] {
+    XDEV_REQUIRE(device != nullptr, xdevErrorInvalidValue, "device is NULL");
+    *device = Runtime::get().stream(stream)->device();
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevStreamGetId(xdevStream_t stream, unsigned long long* id) {
+  return api("xdevStreamGetId", [&] {
+    XDEV_REQUIRE(id != nullptr, xdevErrorInvalidValue, "id is NULL");
+    *id = Runtime::get().stream(stream)->id();
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevStreamGetPriority(xdevStream_t stream, int* priority) {
+  return api("xdevStreamGetPriority", [&] {
+    XDEV_REQUIRE(priority != nullptr, xdevErrorInvalidValue, "priority is NULL");
+    *priority = Runtime::get().stream(stream)->priority();
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevLaunchHostFunc(xdevStream_t stream, xdevHostFn_t fn, void* userData) {
+  return api("xdevLaunchHostFunc", [&] {
+    XDEV_REQUIRE(fn != nullptr, xdevErrorInvalidValue, "fn is NULL");
+    Runtime::get().stream(stream)->enqueue([fn, userData] { fn(userData); });
+    return xdevSuccess;
+  });
+}
+
+}  // extern "C"

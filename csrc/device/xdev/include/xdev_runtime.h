@@ -1,0 +1,216 @@
+/*
+ * xdev_runtime.h — the runtime of "xdev", the host-memory simulated accelerator.
+ *
+ * It plays the role that cuda_runtime_api.h plays for NVIDIA GPUs and cnrt.h for Cambricon
+ * MLUs, and mirrors the CUDA runtime call for call (docs/XDEV.md has the table), so that a
+ * vendor maps it onto CUDA or CNRT one function at a time. No torch, no C++ in the interface.
+ *
+ * The simulated device memory IS host memory: a pointer from xdevMalloc can be read by CPU
+ * code, but the runtime accounts it per device against a capacity and tracks it in a
+ * registry (xdevPointerGetAttributes). Streams are real ordered queues, each executed by its
+ * own worker thread; events mark positions in a stream.
+ *
+ * Every call returns an xdevError_t and never throws or aborts. A failing call also records
+ * its code as the calling thread's last error (xdevGetLastError) and a message describing it
+ * (xdevGetLastErrorMessage). xdevErrorNotReady from a query is not recorded, as in CUDA.
+ */
+#ifndef XDEV_RUNTIME_H_
+#define XDEV_RUNTIME_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define XDEV_API __declspec(dllexport)
+#else
+#define XDEV_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  xdevSuccess = 0,
+  xdevErrorInvalidValue = 1,
+  xdevErrorMemoryAllocation = 2,
+  xdevErrorInvalidDevice = 3,
+  xdevErrorInvalidResourceHandle = 4,
+  xdevErrorNotReady = 5,
+  xdevErrorInvalidDevicePointer = 6,
+  xdevErrorLaunchFailure = 7,
+  xdevErrorInternal = 8
+} xdevError_t;
+
+typedef struct xdevStream_st* xdevStream_t; /* NULL = the current device's default stream */
+typedef struct xdevEvent_st* xdevEvent_t;
+
+typedef enum {
+  xdevMemcpyHostToHost = 0,
+  xdevMemcpyHostToDevice = 1,
+  xdevMemcpyDeviceToHost = 2,
+  xdevMemcpyDeviceToDevice = 3,
+  xdevMemcpyDefault = 4 /* direction inferred from the pointers */
+} xdevMemcpyKind;
+
+typedef enum {
+  xdevMemoryTypeUnregistered = 0,
+  xdevMemoryTypeHost = 1, /* from xdevHostAlloc */
+  xdevMemoryTypeDevice = 2
+} xdevMemoryType;
+
+/* base/size: the whole allocation holding the pointer (it may point inside it). For
+ * unregistered memory: device -1, base NULL, size 0. */
+typedef struct {
+  xdevMemoryType type;
+  int device;
+  void* base;
+  size_t size;
+} xdevPointerAttributes;
+
+#define xdevEventDefault 0x0
+#define xdevEventBlockingSync 0x1 /* accepted; waits always block */
+#define xdevEventDisableTiming 0x2
+
+#define xdevStreamDefault 0x0
+#define xdevStreamNonBlocking 0x1 /* accepted; no stream synchronises implicitly anyway */
+
+typedef void (*xdevHostFn_t)(void* userData);
+
+/* Element types and reduction ops of the kernels. The values equal xcclDataType_t and
+ * xcclRedOp_t in xccl.h, so the collectives pass theirs through unchanged. */
+typedef enum {
+  xdevInt8 = 0,
+  xdevUint8 = 1,
+  xdevInt32 = 2,
+  xdevInt64 = 3,
+  xdevFloat16 = 4,
+  xdevFloat32 = 5,
+  xdevFloat64 = 6,
+  xdevBfloat16 = 7,
+  xdevBool = 8,
+  xdevNumTypes = 9
+} xdevDataType_t;
+
+typedef enum {
+  xdevSum = 0,
+  xdevProd = 1,
+  xdevMax = 2,
+  xdevMin = 3,
+  xdevAvg = 4,        /* not an element-wise kernel: Sum then xdevDivideAsync */
+  xdevPremulSum = 5,  /* not an element-wise kernel: xdevScaleAsync then Sum */
+  xdevBand = 6,       /* integer and bool types only */
+  xdevBor = 7,
+  xdevBxor = 8,
+  xdevNumOps = 9
+} xdevRedOp_t;
+
+/* ---- errors ---- */
+XDEV_API const char* xdevGetErrorString(xdevError_t error);
+XDEV_API const char* xdevGetErrorName(xdevError_t error);
+XDEV_API xdevError_t xdevGetLastError(void); /* returns and clears this thread's last error */
+XDEV_API xdevError_t xdevPeekAtLastError(void);
+/* Addition: what the last failing call on this thread said ("" when none). Valid until this
+ * thread's next failing call. Not cleared by xdevGetLastError. */
+XDEV_API const char* xdevGetLastErrorMessage(void);
+
+/* ---- devices ---- */
+XDEV_API xdevError_t xdevGetDeviceCount(int* count); /* XCCL_XDEV_COUNT, default 8 */
+XDEV_API xdevError_t xdevSetDevice(int device);      /* thread-local current device */
+XDEV_API xdevError_t xdevGetDevice(int* device);     /* 0 until the thread sets one */
+XDEV_API xdevError_t xdevDeviceSynchronize(void);    /* all streams of the current device */
+/* Addition, like cudaDeviceGetStreamPriorityRange: priorities are accepted and kept, but do
+ * not change scheduling (each stream has its own worker). */
+XDEV_API xdevError_t xdevDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority);
+
+/* ---- memory ---- */
+XDEV_API xdevError_t xdevMemGetInfo(size_t* freeBytes, size_t* totalBytes); /* current device */
+/* Current device; 256-byte aligned; bytes == 0 gives NULL. Beyond the device's capacity
+ * (XCCL_XDEV_MEMORY): xdevErrorMemoryAllocation, nothing else changes. */
+XDEV_API xdevError_t xdevMalloc(void** ptr, size_t bytes);
+/* Waits for the work already queued on every stream (it may still use ptr), like cudaFree.
+ * NULL is a no-op; an unknown pointer gives xdevErrorInvalidDevicePointer. */
+XDEV_API xdevError_t xdevFree(void* ptr);
+/* "Pinned" host memory: registered so attributes report Host; not counted as device memory. */
+XDEV_API xdevError_t xdevHostAlloc(void** ptr, size_t bytes);
+XDEV_API xdevError_t xdevFreeHost(void* ptr);
+XDEV_API xdevError_t xdevPointerGetAttributes(xdevPointerAttributes* attr, const void* ptr);
+
+/* ---- copies and memset ----
+ * A device side must lie wholly inside one xdevMalloc allocation and a host side must not be
+ * device memory, else xdevErrorInvalidValue. xdevMemcpy runs on the current device's default
+ * stream and returns when the copy is done. */
+XDEV_API xdevError_t xdevMemcpy(void* dst, const void* src, size_t bytes, xdevMemcpyKind kind);
+XDEV_API xdevError_t xdevMemcpyAsync(void* dst, const void* src, size_t bytes, xdevMemcpyKind kind,
+                                     xdevStream_t stream);
+XDEV_API xdevError_t xdevMemsetAsync(void* dst, int value, size_t bytes, xdevStream_t stream);
+
+/* ---- streams ----
+ * A stream belongs to the device current when it is created. Work on one stream runs in issue
+ * order on the stream's worker thread (started at the first enqueue). The default stream
+ * (NULL) is one ordinary stream per device: it does NOT synchronise implicitly with other
+ * streams (CUDA's per-thread default stream behaviour). */
+XDEV_API xdevError_t xdevStreamCreate(xdevStream_t* stream);
+XDEV_API xdevError_t xdevStreamCreateWithFlags(xdevStream_t* stream, unsigned flags); /* addition */
+XDEV_API xdevError_t xdevStreamCreateWithPriority(xdevStream_t* stream, unsigned flags,
+                                                  int priority);
+XDEV_API xdevError_t xdevStreamDestroy(xdevStream_t stream); /* drains queued work first */
+/* xdevSuccess when all queued work is done, xdevErrorNotReady otherwise; a stream whose host
+ * function threw returns xdevErrorLaunchFailure from then on (sticky). */
+XDEV_API xdevError_t xdevStreamQuery(xdevStream_t stream);
+XDEV_API xdevError_t xdevStreamSynchronize(xdevStream_t stream);
+/* Work queued on `stream` after this call waits until the work `event` captured (its latest
+ * record before this call) is done. flags must be 0. A never-recorded event: no wait. */
+XDEV_API xdevError_t xdevStreamWaitEvent(xdevStream_t stream, xdevEvent_t event, unsigned flags);
+XDEV_API xdevError_t xdevStreamGetDevice(xdevStream_t stream, int* device);
+/* Unique in the process and never reused: > 0 for created streams, 0 for default streams. */
+XDEV_API xdevError_t xdevStreamGetId(xdevStream_t stream, unsigned long long* id);
+XDEV_API xdevError_t xdevStreamGetPriority(xdevStream_t stream, int* priority); /* addition */
+/* The generic "kernel launch": fn(userData) runs on the stream's worker, in order. It must not
+ * synchronise the stream it runs on. If it throws (C++), the stream records
+ * xdevErrorLaunchFailure; later work on the stream still runs. */
+XDEV_API xdevError_t xdevLaunchHostFunc(xdevStream_t stream, xdevHostFn_t fn, void* userData);
+
+/* ---- events ----
+ * An event belongs to the device current when it is created; it marks "all work queued on
+ * the stream so far". Re-recording is allowed: queries, waits and elapsed times use the latest
+ * record, and waits queued earlier keep the record they captured. */
+XDEV_API xdevError_t xdevEventCreate(xdevEvent_t* event);
+XDEV_API xdevError_t xdevEventCreateWithFlags(xdevEvent_t* event, unsigned flags);
+XDEV_API xdevError_t xdevEventDestroy(xdevEvent_t event);
+/* A stream of another device than the event's: xdevErrorInvalidResourceHandle. */
+XDEV_API xdevError_t xdevEventRecord(xdevEvent_t event, xdevStream_t stream);
+XDEV_API xdevError_t xdevEventQuery(xdevEvent_t event); /* never recorded: xdevSuccess */
+XDEV_API xdevError_t xdevEventSynchronize(xdevEvent_t event);
+/* Milliseconds between two completed records of timing events (not xdevEventDisableTiming).
+ * Not yet complete: xdevErrorNotReady; never recorded or timing disabled:
+ * xdevErrorInvalidResourceHandle. */
+XDEV_API xdevError_t xdevEventElapsedTime(float* ms, xdevEvent_t start, xdevEvent_t end);
+
+/* ---- kernels ----
+ * Queued on a stream like a launch. Arguments (dtype, op, pointers) are checked at the call.
+ * Operands may be device memory or host memory the caller keeps alive until the kernel ran. */
+/* dst[i] = a[i] op b[i]; dst may equal a or b. Sum Prod Max Min for every type, Band Bor Bxor
+ * for integer and bool types. 16-bit floats are computed in float32 and rounded once. */
+XDEV_API xdevError_t xdevReduceAsync(void* dst, const void* a, const void* b, size_t count,
+                                     xdevDataType_t dtype, xdevRedOp_t op, xdevStream_t stream);
+/* dst[i] = src[i] * scalar; hostScalar points to one value of dtype, read at the call. Not
+ * defined for bool. */
+XDEV_API xdevError_t xdevScaleAsync(void* dst, const void* src, size_t count, xdevDataType_t dtype,
+                                    const void* hostScalar, xdevStream_t stream);
+/* dst[i] /= divisor (integer division for integer types); divisor != 0. Not for bool. */
+XDEV_API xdevError_t xdevDivideAsync(void* dst, size_t count, xdevDataType_t dtype,
+                                     int64_t divisor, xdevStream_t stream);
+/* Additions: the same kernels run at once on the calling thread, for callers whose own
+ * ordering already makes the operands ready (the collectives' progress thread). */
+XDEV_API xdevError_t xdevReduce(void* dst, const void* a, const void* b, size_t count,
+                                xdevDataType_t dtype, xdevRedOp_t op);
+XDEV_API xdevError_t xdevScale(void* dst, const void* src, size_t count, xdevDataType_t dtype,
+                               const void* hostScalar);
+XDEV_API xdevError_t xdevDivide(void* dst, size_t count, xdevDataType_t dtype, int64_t divisor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XDEV_RUNTIME_H_ */

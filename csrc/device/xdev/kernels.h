@@ -1,0 +1,29 @@
+// The reduction kernels of the xdev runtime: loops over host-addressable memory, run by a
+// stream's worker (xdevReduceAsync ...) or on the caller's thread (xdevReduce ...).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "xdev_runtime.h"
+
+namespace xdev {
+
+// Bytes of one element; 0 for an unknown type.
+size_t typeSize(xdevDataType_t dtype);
+// Throws Failure(xdevErrorInvalidValue) naming the problem when the kernel is not defined
+// for these arguments; the kernels below assume this passed.
+void checkReduce(xdevDataType_t dtype, xdevRedOp_t op);
+void checkScale(xdevDataType_t dtype);
+void checkDivide(xdevDataType_t dtype, int64_t divisor);
+
+// dst[i] = a[i] op b[i] (dst may equal a or b).
+void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDataType_t dtype,
+                  xdevRedOp_t op);
+// dst[i] = src[i] * scalar; scalar holds one value of dtype.
+void scaleKernel(void* dst, const void* src, size_t count, xdevDataType_t dtype,
+                 const void* scalar);
+// dst[i] /= divisor.
+void divideKernel(void* dst, size_t count, xdevDataType_t dtype, int64_t divisor);
+
+}  // namespace xdev

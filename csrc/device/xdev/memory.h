@@ -1,0 +1,57 @@
+// Simulated device memory: plain aligned host allocations, accounted per device against a
+// capacity, and a process-wide registry of every device and pinned-host allocation so that
+// any pointer into one (interior pointers too) can be attributed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "xdev_runtime.h"
+
+namespace xdev {
+
+class Memory {
+ public:
+  static constexpr size_t kAlignment = 256;
+
+  Memory(int devices, size_t capacityPerDevice)
+      : capacity_(capacityPerDevice), used_(devices, 0) {}
+
+  size_t capacity() const { return capacity_; }
+  size_t used(int device);
+
+  // Throws Failure(xdevErrorMemoryAllocation) beyond the device's capacity.
+  void* allocDevice(int device, size_t bytes);
+  void* allocHost(int device, size_t bytes);
+  // Removes the allocation starting at ptr from the registry and frees it. Throws
+  // Failure(code) when ptr is not the start of an allocation of that type.
+  void free(void* ptr, xdevMemoryType type, xdevError_t code);
+  // Throws like free() would, without freeing (to fail before waiting for streams).
+  void checkFreeable(const void* ptr, xdevMemoryType type, xdevError_t code);
+
+  xdevPointerAttributes attributes(const void* ptr);
+  // Throws Failure(xdevErrorInvalidValue) unless [ptr, ptr+bytes) lies in one device
+  // allocation (mustBeDevice) or overlaps none (!mustBeDevice). `what` names the operand.
+  void checkRange(const void* ptr, size_t bytes, bool mustBeDevice, const char* what);
+
+ private:
+  struct Block {
+    size_t size;  // bytes requested
+    size_t charged;  // bytes counted against the device (rounded up to kAlignment)
+    int device;
+    xdevMemoryType type;
+  };
+  void* allocate(int device, size_t bytes, xdevMemoryType type);
+  // The block containing ptr, or end(). Caller holds mu_.
+  std::map<uintptr_t, Block>::iterator find(uintptr_t p);
+
+  const size_t capacity_;
+  std::mutex mu_;
+  std::vector<size_t> used_;
+  std::map<uintptr_t, Block> blocks_;  // by base address
+};
+
+}  // namespace xdev
