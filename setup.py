@@ -6,7 +6,11 @@
 --no-build-isolation is required: the extension must be compiled against the torch that is
 already installed (pip must never fetch one). MAX_JOBS bounds the parallel build (default 2).
 
-Layout produced:  torch_xccl/_C*.so  (rpath $ORIGIN/lib)  and  torch_xccl/lib/libxccl.so.0
+Layout produced:  torch_xccl/_C*.so and torch_xccl/_xdev_C*.so  (rpath $ORIGIN/lib), and
+                  torch_xccl/lib/libxccl.so.0, torch_xccl/lib/libxdev.so.0
+
+Two extensions: torch_xccl._C (the c10d backend, links libxccl) and torch_xccl._xdev_C (the
+xdev device inside torch through PrivateUse1, csrc/device/torch/, links only libxdev).
 """
 import glob
 import os
@@ -25,6 +29,7 @@ except ImportError:  # pragma: no cover - a clear message instead of a traceback
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CORE_BUILD = os.path.join(ROOT, "build-plugin", "core")
 VERSION = "0.1.0"
+BUNDLED = ("libxccl", "libxdev")  # shared libraries copied next to the extensions
 
 
 def build_core():
@@ -34,10 +39,14 @@ def build_core():
     cfg = ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-DCMAKE_BUILD_TYPE=Release",
            "-DXCCL_BUILD_TESTS=OFF", "-DXCCL_BUILD_TOOLS=OFF"]
     subprocess.check_call(cfg)
-    subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "xccl", "-j", jobs])
-    libs = sorted(glob.glob(os.path.join(CORE_BUILD, "libxccl.so*")))
-    if not libs:
-        raise RuntimeError(f"libxccl.so was not produced in {CORE_BUILD}")
+    subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "xccl", "xdev",
+                           "-j", jobs])
+    libs = []
+    for name in BUNDLED:
+        found = sorted(glob.glob(os.path.join(CORE_BUILD, name + ".so*")))
+        if not found:
+            raise RuntimeError(f"{name}.so was not produced in {CORE_BUILD}")
+        libs += found
     return libs
 
 
@@ -50,12 +59,13 @@ class BuildWithCore(BuildExtension):
         for ext in self.extensions:
             dest = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), "lib")
             os.makedirs(dest, exist_ok=True)
-            real = os.path.realpath(os.path.join(CORE_BUILD, "libxccl.so"))
-            for name in ("libxccl.so", "libxccl.so.0"):  # the soname is what the loader wants
-                target = os.path.join(dest, name)
-                if os.path.lexists(target):
-                    os.remove(target)
-                shutil.copy2(real, target)
+            for lib in BUNDLED:
+                real = os.path.realpath(os.path.join(CORE_BUILD, lib + ".so"))
+                for name in (lib + ".so", lib + ".so.0"):  # the soname is what the loader wants
+                    target = os.path.join(dest, name)
+                    if os.path.lexists(target):
+                        os.remove(target)
+                    shutil.copy2(real, target)
 
 
 ext = CppExtension(
@@ -69,11 +79,25 @@ ext = CppExtension(
     extra_link_args=["-Wl,-rpath,$ORIGIN/lib"],
 )
 
+# The xdev device (PrivateUse1): includes torch and the runtime header, never the collectives.
+xdev_ext = CppExtension(
+    name="torch_xccl._xdev_C",
+    sources=sorted(glob.glob(os.path.join("csrc", "device", "torch", "*.cpp"))),
+    include_dirs=[os.path.join(ROOT, "csrc", "device", "xdev", "include")],
+    library_dirs=[CORE_BUILD],
+    libraries=["xdev"],
+    extra_compile_args=["-O2"],
+    extra_link_args=["-Wl,-rpath,$ORIGIN/lib"],
+)
+
 setup(
     name="torch_xccl",
     version=VERSION,
     packages=["torch_xccl"],
-    ext_modules=[ext],
+    # `import torch` imports torch_xccl through this module (entry point group
+    # torch.backends, see pyproject.toml) so that device="xdev" works without an import.
+    py_modules=["_torch_xccl_autoload"],
+    ext_modules=[ext, xdev_ext],
     cmdclass={"build_ext": BuildWithCore.with_options(use_ninja=False)},
     zip_safe=False,
 )

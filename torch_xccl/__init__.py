@@ -6,10 +6,17 @@
 See docs/PLUGIN.md for the routing, the TORCH_XCCL_* knobs and the limits.
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
-import torch.distributed  # noqa: F401
 
-from . import _C  # the native module: backend + bindings (links lib/libxccl.so.0)
-from . import _routing
+# The xdev device first: torch_xccl._xdev_C registers PrivateUse1 (guard, hooks, allocators,
+# kernels); xdev._register() names it "xdev" and installs torch.xdev (docs/XDEV_TORCH.md).
+from . import xdev as _xdev
+
+_xdev._register()
+
+import torch.distributed  # noqa: E402,F401
+
+from . import _C  # noqa: E402  the native module: backend + bindings (links lib/libxccl.so.0)
+from . import _routing  # noqa: E402
 
 __version__ = "0.1.0"
 

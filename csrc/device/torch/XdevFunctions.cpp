@@ -1,0 +1,81 @@
+#include "XdevFunctions.h"
+
+#include "XdevException.h"
+
+namespace xdev_torch {
+
+[[noreturn]] void raiseRuntimeError(xdevError_t err, const char* call, const char* file,
+                                    int line) {
+  const char* detail = xdevGetLastErrorMessage();
+  std::string message = c10::str("xdev error ", xdevGetErrorName(err), " (",
+                                 xdevGetErrorString(err), ") in ", call,
+                                 (detail && *detail) ? ": " : "", detail ? detail : "");
+  (void)xdevGetLastError();  // consumed here, as CUDA's C10_CUDA_CHECK does
+  if (err == xdevErrorMemoryAllocation) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+  }
+  (void)file;
+  (void)line;
+  TORCH_CHECK(false, message);
+}
+
+c10::DeviceIndex deviceCount() noexcept {
+  static const c10::DeviceIndex count = [] {
+    int n = 0;
+    if (xdevGetDeviceCount(&n) != xdevSuccess) {
+      (void)xdevGetLastError();
+      return c10::DeviceIndex(0);
+    }
+    return static_cast<c10::DeviceIndex>(n);
+  }();
+  return count;
+}
+
+void checkDeviceIndex(c10::DeviceIndex index) {
+  TORCH_CHECK_INDEX(index >= 0 && index < deviceCount(), "xdev: invalid device index ",
+                    static_cast<int>(index), ", there are ", static_cast<int>(deviceCount()),
+                    " xdev devices (valid: xdev:0 .. xdev:", deviceCount() - 1,
+                    "; XCCL_XDEV_COUNT sets how many)");
+}
+
+c10::DeviceIndex currentDevice() {
+  int device = 0;
+  XDEV_CHECK(xdevGetDevice(&device));
+  return static_cast<c10::DeviceIndex>(device);
+}
+
+void setDevice(c10::DeviceIndex index) {
+  checkDeviceIndex(index);
+  XDEV_CHECK(xdevSetDevice(index));
+}
+
+c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) {
+  const c10::DeviceIndex previous = currentDevice();
+  if (index != previous) {
+    setDevice(index);
+  }
+  return previous;
+}
+
+c10::DeviceIndex resolveDevice(c10::DeviceIndex index) {
+  if (index < 0) {
+    return currentDevice();
+  }
+  checkDeviceIndex(index);
+  return index;
+}
+
+DeviceSwitch::DeviceSwitch(c10::DeviceIndex index) : previous_(currentDevice()) {
+  switched_ = index != previous_;
+  if (switched_) {
+    setDevice(index);
+  }
+}
+
+DeviceSwitch::~DeviceSwitch() {
+  if (switched_) {
+    XDEV_WARN(xdevSetDevice(previous_));
+  }
+}
+
+}  // namespace xdev_torch

@@ -1,0 +1,464 @@
+// Explicit xdev kernels: tensor creation and metadata (empty, views, resize, set_), copies
+// (through xdevMemcpyAsync on the current stream), fill/zero (queued on the current stream),
+// scalars, record_stream and the convolution entry points torch leaves to the backend.
+// Everything else goes through the boxed fallback (XdevFallback.cpp).
+#include "XdevOps.h"
+
+#include <cstring>
+#include <thread>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/Functions.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "XdevAllocator.h"
+#include "XdevException.h"
+#include "XdevFunctions.h"
+#include "XdevHostAllocator.h"
+#include "XdevStream.h"
+
+namespace xdev_torch {
+
+// ---------------------------------------------------------------- shared helpers
+
+namespace {
+
+// Allocates xdev memory for a CPU alias storage that a CPU kernel resizes; the DataPtr says
+// "CPU" while it lives in the alias and is re-tagged when the xdev storage adopts it.
+struct AliasResizeAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::DataPtr ptr = deviceAllocator()->allocate(nbytes);
+    ptr.unsafe_set_device(c10::Device(c10::kCPU));
+    return ptr;
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+AliasResizeAllocator gAliasResizeAllocator;
+
+at::Tensor tensorOver(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                    like.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                 like.storage_offset());
+  t._set_conj(like.is_conj());
+  t._set_neg(like.is_neg());
+  return t;
+}
+
+}  // namespace
+
+at::Tensor AliasSet::alias(const at::Tensor& t) {
+  const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+  auto it = byXdev_.find(key);
+  if (it == byXdev_.end()) {
+    const c10::Storage& xs = t.storage();
+    // Non-owning view of the xdev memory, tagged CPU; resizable through the xdev allocator.
+    c10::DataPtr view(xs.mutable_data(), nullptr, nullptr, c10::Device(c10::kCPU));
+    c10::Storage cpu(c10::Storage::use_byte_size_t(), xs.nbytes(), std::move(view),
+                     &gAliasResizeAllocator, /*resizable=*/true);
+    it = byXdev_.emplace(key, Entry{xs, std::move(cpu)}).first;
+    byCpu_[it->second.cpu.unsafeGetStorageImpl()] = &it->second;
+  }
+  return tensorOver(it->second.cpu, c10::DispatchKey::CPU, t);
+}
+
+const c10::Storage* AliasSet::original(const c10::StorageImpl* cpu) const {
+  auto it = byCpu_.find(cpu);
+  return it == byCpu_.end() ? nullptr : &it->second->xdev;
+}
+
+void AliasSet::adoptResizedStorages() {
+  for (auto& [key, entry] : byXdev_) {
+    c10::StorageImpl* cpu = entry.cpu.unsafeGetStorageImpl();
+    c10::StorageImpl* xdev = entry.xdev.unsafeGetStorageImpl();
+    if (cpu->data() == xdev->data() && cpu->nbytes() == xdev->nbytes()) {
+      continue;
+    }
+    // The kernel resized the alias: its new memory came from the xdev allocator.
+    c10::DataPtr moved = cpu->set_data_ptr(c10::DataPtr(xdev->mutable_data(), nullptr, nullptr,
+                                                        c10::Device(c10::kCPU)));
+    const size_t nbytes = cpu->nbytes();
+    cpu->set_nbytes(xdev->nbytes());
+    if (moved.get() != nullptr) {
+      TORCH_INTERNAL_ASSERT(isXdevDataPtr(moved), "xdev fallback: a CPU kernel replaced the "
+                            "memory of an xdev storage with memory that is not xdev memory");
+      moved.unsafe_set_device(xdev->device());
+    } else {
+      moved = c10::DataPtr(nullptr, xdev->device());
+    }
+    xdev->set_data_ptr_noswap(std::move(moved));
+    xdev->set_nbytes(nbytes);
+  }
+}
+
+at::Tensor xdevTensorOver(const c10::Storage& storage, const at::Tensor& like) {
+  return tensorOver(storage, c10::DispatchKey::PrivateUse1, like);
+}
+
+at::Tensor copyToNewXdevTensor(const at::Tensor& cpu, c10::DeviceIndex device) {
+  c10::DeviceGuard guard(c10::Device(kXdev, device));
+  const size_t nbytes = cpu.storage().nbytes();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                       deviceAllocator()->allocate(nbytes), deviceAllocator(),
+                       /*resizable=*/true);
+  if (nbytes > 0) {
+    // Device memory is host memory, and a fresh block from this stream's cache is idle once
+    // the stream has been synchronised (the fallback did that before the kernel).
+    std::memcpy(storage.mutable_data(), cpu.storage().data(), nbytes);
+  }
+  return xdevTensorOver(storage, cpu);
+}
+
+void synchronizeCurrentStream(c10::DeviceIndex device) {
+  synchronizeStream(currentStream(device));
+}
+
+void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
+  TORCH_CHECK(storage->resizable(), "xdev: trying to resize a storage that is not resizable");
+  const c10::DeviceIndex device = storage->device().index();
+  c10::DeviceGuard guard(c10::Device(kXdev, device));
+  synchronizeCurrentStream(device);
+  c10::DataPtr fresh = deviceAllocator()->allocate(nbytes);
+  const size_t keep = std::min(nbytes, storage->nbytes());
+  if (keep > 0) {
+    std::memcpy(fresh.get(), storage->data(), keep);
+  }
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(nbytes);
+}
+
+// ---------------------------------------------------------------- creation and metadata
+
+namespace {
+
+c10::Device checkedXdevDevice(std::optional<c10::Device> device_opt) {
+  c10::Device device = c10::device_or_default(device_opt);
+  TORCH_CHECK(device.type() == kXdev, "xdev empty: expected an xdev device, got ", device);
+  return c10::Device(kXdev, resolveDevice(device.has_index() ? device.index() : -1));
+}
+
+at::Tensor xdevEmpty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                     std::optional<c10::Layout> layout, std::optional<c10::Device> device_opt,
+                     std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> format) {
+  const c10::Device device = checkedXdevDevice(device_opt);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "xdev: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "xdev: only CPU tensors can be pinned");
+  c10::DeviceGuard guard(device);
+  return at::detail::empty_generic(size, deviceAllocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), format);
+}
+
+at::Tensor xdevEmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                            std::optional<c10::ScalarType> dtype,
+                            std::optional<c10::Layout> layout,
+                            std::optional<c10::Device> device_opt,
+                            std::optional<bool> pin_memory) {
+  const c10::Device device = checkedXdevDevice(device_opt);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "xdev: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "xdev: only CPU tensors can be pinned");
+  c10::DeviceGuard guard(device);
+  return at::detail::empty_strided_generic(size, stride, deviceAllocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor xdevAsStrided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<int64_t> offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+
+at::Tensor xdevView(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::native::view(self, size);
+}
+
+at::Tensor xdevReshapeAlias(const at::Tensor& self, c10::IntArrayRef size,
+                            c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+const at::Tensor& xdevResize(const at::Tensor& self, c10::IntArrayRef size,
+                             std::optional<c10::MemoryFormat> format) {
+  // The CPU resize grows the storage through storage->allocator(), which is the xdev
+  // allocator, and copies the old bytes on the host: the stream must be idle first.
+  c10::DeviceGuard guard(self.device());
+  synchronizeCurrentStream(self.device().index());
+  return at::native::resize_(self, size, format);
+}
+
+at::Tensor& xdevSetStorage(at::Tensor& self, c10::Storage source) {
+  return at::native::set_(self, source);
+}
+
+at::Tensor& xdevSetStorageOffset(at::Tensor& self, c10::Storage source, int64_t offset,
+                                 c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, source, offset, size, stride);
+}
+
+at::Tensor& xdevSetTensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+// ---------------------------------------------------------------- copies
+
+bool memcpyable(const at::Tensor& src, const at::Tensor& dst) {
+  return src.dtype() == dst.dtype() && src.sizes().equals(dst.sizes()) &&
+         src.strides().equals(dst.strides()) && src.is_non_overlapping_and_dense() &&
+         src.is_conj() == dst.is_conj() && src.is_neg() == dst.is_neg();
+}
+
+// Enqueue a copy on `stream` (of `device`).
+void enqueueCopy(void* dst, const void* src, size_t n, xdevMemcpyKind kind,
+                 c10::DeviceIndex device, const c10::Stream& stream) {
+  DeviceSwitch guard(device);
+  XDEV_CHECK(xdevMemcpyAsync(dst, src, n, kind, nativeStream(stream)));
+}
+
+void syncStream(c10::DeviceIndex device, const c10::Stream& stream) {
+  DeviceSwitch guard(device);
+  XDEV_CHECK(xdevStreamSynchronize(nativeStream(stream)));
+}
+
+// Makes `waiter` wait (on the device) for the work queued on `signal` so far.
+void streamWaitStream(const c10::Stream& waiter, const c10::Stream& signal) {
+  xdevEvent_t ev = nullptr;
+  {
+    DeviceSwitch guard(signal.device_index());
+    XDEV_CHECK(xdevEventCreateWithFlags(&ev, xdevEventDisableTiming));
+    XDEV_CHECK(xdevEventRecord(ev, nativeStream(signal)));
+  }
+  {
+    DeviceSwitch guard(waiter.device_index());
+    XDEV_CHECK(xdevStreamWaitEvent(nativeStream(waiter), ev, 0));
+  }
+  XDEV_CHECK(xdevEventDestroy(ev));
+}
+
+at::Tensor xdevCopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const at::Tensor& src = self;
+  const bool srcX = src.device().type() == kXdev;
+  const bool dstX = dst.device().type() == kXdev;
+  TORCH_CHECK((srcX || src.is_cpu()) && (dstX || dst.is_cpu()),
+              "xdev copy: only copies between xdev and CPU tensors are supported, got ",
+              src.device(), " -> ", dst.device());
+  if (dst.numel() == 0) {
+    return dst;
+  }
+  const size_t n = dst.numel() * dst.element_size();
+  if (memcpyable(src, dst)) {
+    if (srcX && dstX) {
+      const c10::Stream stream = currentStream(src.device().index());
+      if (src.device() != dst.device()) {
+        // The copy runs on the source device's current stream, after what the destination's
+        // current stream has queued, and the destination's stream waits for it (as CUDA).
+        const c10::Stream dstStream = currentStream(dst.device().index());
+        streamWaitStream(stream, dstStream);
+        enqueueCopy(dst.data_ptr(), src.const_data_ptr(), n, xdevMemcpyDeviceToDevice,
+                    src.device().index(), stream);
+        streamWaitStream(dstStream, stream);
+      } else {
+        enqueueCopy(dst.data_ptr(), src.const_data_ptr(), n, xdevMemcpyDeviceToDevice,
+                    src.device().index(), stream);
+      }
+      return dst;
+    }
+    if (dstX) {  // host -> device
+      const c10::DeviceIndex device = dst.device().index();
+      const c10::Stream stream = currentStream(device);
+      enqueueCopy(dst.data_ptr(), src.const_data_ptr(), n, xdevMemcpyHostToDevice, device, stream);
+      if (non_blocking && isPinned(src.storage().data())) {
+        recordHostUse(src.storage().data_ptr(), stream);  // keep the pinned block until done
+      } else {
+        syncStream(device, stream);  // pageable memory: the caller may reuse it at once
+      }
+      return dst;
+    }
+    // device -> host
+    const c10::DeviceIndex device = src.device().index();
+    const c10::Stream stream = currentStream(device);
+    enqueueCopy(dst.data_ptr(), src.const_data_ptr(), n, xdevMemcpyDeviceToHost, device, stream);
+    if (non_blocking && isPinned(dst.storage().data())) {
+      recordHostUse(dst.storage().data_ptr(), stream);
+    } else {
+      syncStream(device, stream);
+    }
+    return dst;
+  }
+  // General case (dtype conversion, broadcasting, strides): the CPU copy kernel on aliases,
+  // after the streams of both sides are idle.
+  if (srcX) {
+    synchronizeCurrentStream(src.device().index());
+  }
+  if (dstX) {
+    synchronizeCurrentStream(dst.device().index());
+  }
+  AliasSet aliases;
+  at::Tensor dstCpu = dstX ? aliases.alias(dst) : dst;
+  at::Tensor srcCpu = srcX ? aliases.alias(src) : src;
+  dstCpu.copy_(srcCpu);
+  return dst;
+}
+
+at::Tensor xdevCopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) {
+    dst.resize_(self.sizes());
+  }
+  return xdevCopyFrom(self, dst, false);
+}
+
+at::Scalar xdevLocalScalarDense(const at::Tensor& self) {
+  synchronizeCurrentStream(self.device().index());
+  AliasSet aliases;
+  return aliases.alias(self).item();
+}
+
+// ---------------------------------------------------------------- queued kernels
+
+struct FillWork {
+  void* data;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype;
+  at::Scalar value;
+};
+
+void runFill(void* arg) {
+  std::unique_ptr<FillWork> work(static_cast<FillWork*>(arg));
+  at::Tensor t = at::from_blob(work->data, work->sizes, work->strides,
+                               at::TensorOptions().dtype(work->dtype));
+  t.fill_(work->value);
+}
+
+// fill_ is queued on the current stream like a kernel launch: it runs after the work queued
+// before it and the host does not wait. The pointer stays valid: a block freed before the
+// fill runs is only reused by later work on this same stream.
+at::Tensor& xdevFill(at::Tensor& self, const at::Scalar& value) {
+  if (self.numel() == 0) {
+    return self;
+  }
+  if (self.is_conj() || self.is_neg()) {  // rare: do it synchronously through the fallback path
+    synchronizeCurrentStream(self.device().index());
+    AliasSet aliases;
+    aliases.alias(self).fill_(value);
+    return self;
+  }
+  auto* work = new FillWork{self.data_ptr(), self.sizes().vec(), self.strides().vec(),
+                            self.scalar_type(), value};
+  const c10::DeviceIndex device = self.device().index();
+  DeviceSwitch guard(device);
+  const xdevError_t err = xdevLaunchHostFunc(currentNativeStream(device), &runFill, work);
+  if (err != xdevSuccess) {
+    delete work;
+    XDEV_CHECK(err);
+  }
+  return self;
+}
+
+at::Tensor& xdevFillTensor(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
+              value.dim(), " dimensions.");
+  return xdevFill(self, value.item());
+}
+
+at::Tensor& xdevZero(at::Tensor& self) { return xdevFill(self, 0); }
+
+void runSleep(void* arg) {
+  std::unique_ptr<int64_t> ms(static_cast<int64_t*>(arg));
+  std::this_thread::sleep_for(std::chrono::milliseconds(*ms));
+}
+
+void xdevRecordStream(at::Tensor& self, c10::Stream stream) {
+  deviceAllocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
+// ---------------------------------------------------------------- convolution
+
+// torch routes convolutions of out-of-tree devices to convolution_overrideable: run the CPU
+// convolution over aliases of the xdev memory.
+at::Tensor xdevConvolution(const at::Tensor& input, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                           c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                           c10::IntArrayRef output_padding, int64_t groups) {
+  const c10::DeviceIndex device = input.device().index();
+  c10::DeviceGuard guard(input.device());
+  synchronizeCurrentStream(device);
+  AliasSet aliases;
+  std::optional<at::Tensor> biasCpu;
+  if (bias.has_value() && bias->defined()) {
+    biasCpu = aliases.alias(*bias);
+  }
+  at::Tensor out = at::convolution(aliases.alias(input), aliases.alias(weight), biasCpu, stride,
+                                   padding, dilation, transposed, output_padding, groups);
+  return copyToNewXdevTensor(out, device);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> xdevConvolutionBackward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+    bool transposed, c10::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> output_mask) {
+  const c10::DeviceIndex device = input.device().index();
+  c10::DeviceGuard guard(input.device());
+  synchronizeCurrentStream(device);
+  AliasSet aliases;
+  const int64_t biasSize = transposed ? weight.size(1) * groups : weight.size(0);
+  std::vector<int64_t> biasSizes{biasSize};
+  auto [gi, gw, gb] = at::convolution_backward(
+      aliases.alias(grad_output), aliases.alias(input), aliases.alias(weight),
+      output_mask[2] ? std::optional<c10::IntArrayRef>(biasSizes) : std::nullopt, stride,
+      padding, dilation, transposed, output_padding, groups, output_mask);
+  auto back = [&](const at::Tensor& t) {
+    return t.defined() ? copyToNewXdevTensor(t, device) : t;
+  };
+  return {back(gi), back(gw), back(gb)};
+}
+
+}  // namespace
+
+void sleepOnCurrentStream(int64_t ms) {
+  const c10::DeviceIndex device = currentDevice();
+  auto* arg = new int64_t(ms);
+  const xdevError_t err = xdevLaunchHostFunc(currentNativeStream(device), &runSleep, arg);
+  if (err != xdevSuccess) {
+    delete arg;
+    XDEV_CHECK(err);
+  }
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", xdevEmpty);
+  m.impl("empty_strided", xdevEmptyStrided);
+  m.impl("as_strided", xdevAsStrided);
+  m.impl("view", xdevView);
+  m.impl("_reshape_alias", xdevReshapeAlias);
+  m.impl("resize_", xdevResize);
+  m.impl("set_.source_Storage", xdevSetStorage);
+  m.impl("set_.source_Storage_storage_offset", xdevSetStorageOffset);
+  m.impl("set_.source_Tensor", xdevSetTensor);
+  m.impl("_copy_from", xdevCopyFrom);
+  m.impl("_copy_from_and_resize", xdevCopyFromAndResize);
+  m.impl("_local_scalar_dense", xdevLocalScalarDense);
+  m.impl("fill_.Scalar", xdevFill);
+  m.impl("fill_.Tensor", xdevFillTensor);
+  m.impl("zero_", xdevZero);
+  m.impl("record_stream", xdevRecordStream);
+  m.impl("convolution_overrideable", xdevConvolution);
+  m.impl("convolution_backward_overrideable", xdevConvolutionBackward);
+}
+
+}  // namespace xdev_torch
