@@ -253,3 +253,32 @@ def test_channels_last_convolution_keeps_its_layout():
     same(xx.grad, xt.grad, rtol=1e-5, atol=1e-5)
     same(conv_x.weight.grad, conv_t.weight.grad, rtol=1e-5, atol=1e-5)
     same(conv_x.bias.grad, conv_t.bias.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_conjugate_and_negative_views_copy_correctly():
+    z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    zx = z.to(X)
+    assert torch.equal(zx.conj().cpu(), z.conj())  # used to recurse through the conj fallback
+    assert torch.equal(zx.conj().imag.cpu(), z.conj().imag)  # a negative view
+    assert torch.equal(torch.view_as_real(zx).cpu(), torch.view_as_real(z))
+    c = torch.empty(2, dtype=torch.complex64, device=X)
+    c.copy_(zx.conj())
+    assert torch.equal(c.cpu(), z.conj())
+
+
+def test_fallback_keeps_cpu_semantics_for_overlap_and_strided_outputs():
+    x = torch.arange(6.0, device=X)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x[1:].add_(x[:-1])  # the kernel sees that both arguments share one storage
+    b = torch.zeros(3, 2, device=X)
+    torch.add(torch.ones(3, device=X), 1, out=b[:, 0])  # out= into a strided view
+    assert b.cpu().tolist() == [[2.0, 0.0], [2.0, 0.0], [2.0, 0.0]]
+    a = torch.ones(3, device=X, requires_grad=True)
+    y = a.clone()
+    y[0].mul_(5)  # in-place on a view: autograd rebases the base (CopySlices)
+    y.sum().backward()
+    assert a.grad.cpu().tolist() == [5.0, 1.0, 1.0]
+    vals, inv, counts = torch.unique(torch.tensor([3, 1, 3, 2], device=X), return_inverse=True,
+                                     return_counts=True)
+    assert [vals.cpu().tolist(), inv.cpu().tolist(), counts.cpu().tolist()] == \
+        [[1, 2, 3], [2, 0, 2, 1], [1, 1, 2]]

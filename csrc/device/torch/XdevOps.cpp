@@ -462,3 +462,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace xdev_torch
+
+namespace xdev_torch {
+// _copy_from is device-generic in torch's eyes, so the conjugate/negative fallbacks would
+// materialise a conj/neg source by clone(), which copies through _copy_from again: endless
+// recursion. Our _copy_from handles the bits itself (memcpy only when they agree, else the
+// CPU copy kernel over aliases that carry them), so let it through.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+}  // namespace xdev_torch
