@@ -282,3 +282,21 @@ def test_fallback_keeps_cpu_semantics_for_overlap_and_strided_outputs():
                                      return_counts=True)
     assert [vals.cpu().tolist(), inv.cpu().tolist(), counts.cpu().tolist()] == \
         [[1, 2, 3], [2, 0, 2, 1], [1, 1, 2]]
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_recurrent_layers_match_cpu(cell):
+    # torch uses its fused cells (_thnn_fused_*_cell) on accelerators; they have no CPU kernel
+    torch.manual_seed(0)
+    rnn = getattr(nn, cell)(3, 5, num_layers=2)
+    x = torch.randn(4, 2, 3, requires_grad=True)
+    out, _ = rnn(x)
+    (out ** 2).sum().backward()
+    rnn_x = copy.deepcopy(rnn).to(X)
+    xx = x.detach().to(X).requires_grad_()
+    out_x, _ = rnn_x(xx)
+    (out_x ** 2).sum().backward()
+    same(out_x.detach(), out.detach(), rtol=1e-5, atol=1e-6)
+    same(xx.grad, x.grad, rtol=1e-5, atol=1e-6)
+    for p, q in zip(rnn_x.parameters(), rnn.parameters()):
+        same(p.grad, q.grad, rtol=1e-5, atol=1e-6)
