@@ -33,7 +33,7 @@ def test_generic_stream_and_event():
     torch.accelerator.set_stream(s)  # makes xdev:1 current as well
     try:
         assert torch.accelerator.current_stream(1) == s
-        torch.xdev._sleep(200)
+        torch.xdev._sleep(500)
         x.fill_(1.0)
         e.record(s)
     finally:

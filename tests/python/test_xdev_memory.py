@@ -27,7 +27,7 @@ def test_statistics_follow_allocations():
     stats = torch.xdev.memory_stats()
     assert stats["allocation.all.current"] >= 0 and "reserved_bytes.all.peak" in stats
     free, total = torch.xdev.mem_get_info()
-    assert total == 16 << 30 and 0 < free <= total
+    assert 0 < free <= total  # total: XCCL_XDEV_MEMORY (16G unless set)
 
 
 def test_statistics_are_per_device():
@@ -71,7 +71,7 @@ def test_record_stream_delays_reuse_until_the_other_stream_is_done():
     x = torch.zeros(MB, device="xdev")
     torch.xdev.synchronize()
     with torch.xdev.stream(s):
-        torch.xdev._sleep(300)
+        torch.xdev._sleep(500)
         x.fill_(5.0)  # s still uses x after we drop it
     x.record_stream(s)
     p = x.data_ptr()

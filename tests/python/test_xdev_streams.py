@@ -6,7 +6,7 @@ import torch
 
 import xdev_util  # noqa: F401
 
-SLOW_MS = 300
+SLOW_MS = 500  # long enough that "not done yet" holds even on a loaded machine
 
 
 def _slow_fill_on(stream, x, value):

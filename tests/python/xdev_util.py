@@ -3,7 +3,12 @@ import os
 import subprocess
 import sys
 
-import torch
+# The tests use devices up to xdev:7 and the default 16G capacity; the runtime reads these
+# once, at its first use in the process.
+os.environ["XCCL_XDEV_COUNT"] = "8"
+os.environ.pop("XCCL_XDEV_MEMORY", None)
+
+import torch  # noqa: E402
 
 import torch_xccl  # noqa: F401  (registers the xdev device)
 
