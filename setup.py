@@ -60,8 +60,9 @@ class BuildWithCore(BuildExtension):
 
 ext = CppExtension(
     name="torch_xccl._C",
-    sources=["csrc/process_group_xccl/ProcessGroupXCCL.cpp",
-             "csrc/process_group_xccl/DesyncDebug.cpp"],
+    # the backend: one concern per file (Utils, Work, ProcessGroupXCCL, Collectives,
+    # DesyncDebug, Bindings)
+    sources=sorted(glob.glob(os.path.join("csrc", "process_group_xccl", "*.cpp"))),
     include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include")],
     library_dirs=[CORE_BUILD],
     libraries=["xccl"],
@@ -74,6 +75,6 @@ setup(
     version=VERSION,
     packages=["torch_xccl"],
     ext_modules=[ext],
-    cmdclass={"build_ext": BuildWithCore.with_options(use_ninja=False)},
+    cmdclass={"build_ext": BuildWithCore.with_options(use_ninja=True)},
     zip_safe=False,
 )
