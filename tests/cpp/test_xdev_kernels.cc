@@ -1,5 +1,5 @@
 // xdev runtime: the reduction kernels queued on a stream (and their synchronous forms)
-// against a scalar host reference, for a spread of types.
+// against a scalar host reference, for every type.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "test_dtype.h"
 #include "test_xdev_util.h"
 
 namespace {
@@ -16,98 +17,16 @@ double input(int seed, size_t i) {
   return static_cast<double>(static_cast<int>((i * 7 + seed * 3) % 11) - 5);
 }
 
-uint16_t toHalfBits(double v) {
-  _Float16 h = static_cast<_Float16>(v);
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
-}
-double fromHalfBits(uint16_t b) {
-  _Float16 h;
-  std::memcpy(&h, &b, 2);
-  return static_cast<double>(h);
-}
-uint16_t toBf16Bits(double v) {  // exact for the small integers used here
-  float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-double fromBf16Bits(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-size_t sizeOf(xdevDataType_t t) {
-  switch (t) {
-    case xdevInt8:
-    case xdevUint8:
-    case xdevBool:
-      return 1;
-    case xdevFloat16:
-    case xdevBfloat16:
-      return 2;
-    case xdevInt32:
-    case xdevFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
+// Element access through the suites' shared helpers (the xdev dtype values are xccl's).
 void put(void* p, size_t i, xdevDataType_t t, double v) {
-  switch (t) {
-    case xdevInt8:
-      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
-      return;
-    case xdevUint8:
-      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int>(v));
-      return;
-    case xdevBool:
-      static_cast<uint8_t*>(p)[i] = v != 0;
-      return;
-    case xdevInt32:
-      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      return;
-    case xdevInt64:
-      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      return;
-    case xdevFloat16:
-      static_cast<uint16_t*>(p)[i] = toHalfBits(v);
-      return;
-    case xdevBfloat16:
-      static_cast<uint16_t*>(p)[i] = toBf16Bits(v);
-      return;
-    case xdevFloat32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      return;
-    default:
-      static_cast<double*>(p)[i] = v;
-  }
+  xccl_test::store(p, i, static_cast<xcclDataType_t>(t), v);
 }
-
 double get(const void* p, size_t i, xdevDataType_t t) {
-  switch (t) {
-    case xdevInt8:
-      return static_cast<const int8_t*>(p)[i];
-    case xdevUint8:
-    case xdevBool:
-      return static_cast<const uint8_t*>(p)[i];
-    case xdevInt32:
-      return static_cast<const int32_t*>(p)[i];
-    case xdevInt64:
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case xdevFloat16:
-      return fromHalfBits(static_cast<const uint16_t*>(p)[i]);
-    case xdevBfloat16:
-      return fromBf16Bits(static_cast<const uint16_t*>(p)[i]);
-    case xdevFloat32:
-      return static_cast<const float*>(p)[i];
-    default:
-      return static_cast<const double*>(p)[i];
-  }
+  return xccl_test::load(p, i, static_cast<xcclDataType_t>(t));
+}
+size_t sizeOf(xdevDataType_t t) {
+  static const size_t kBytes[xdevNumTypes] = {1, 1, 4, 8, 2, 4, 8, 2, 1};
+  return kBytes[t];
 }
 
 // The value `put` stores for v, read back (wrap-around for the 8-bit types, 0/1 for bool).

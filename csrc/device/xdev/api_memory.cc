@@ -27,6 +27,32 @@ void checkCopy(xdev::Memory& mem, void* dst, const void* src, size_t bytes, xdev
   mem.checkRange(src, bytes, srcDevice, "src");
 }
 
+// xdevMalloc and xdevHostAlloc: bytes == 0 gives NULL.
+xdevError_t allocate(const char* fn, void** ptr, size_t bytes, xdevMemoryType type) {
+  return api(fn, [&] {
+    XDEV_REQUIRE(ptr != nullptr, xdevErrorInvalidValue, "ptr is NULL");
+    *ptr = nullptr;
+    Runtime& rt = Runtime::get();
+    if (bytes == 0) return xdevSuccess;
+    int device = rt.currentDevice();
+    *ptr = type == xdevMemoryTypeDevice ? rt.memory().allocDevice(device, bytes)
+                                        : rt.memory().allocHost(device, bytes);
+    return xdevSuccess;
+  });
+}
+
+// xdevFree and xdevFreeHost: NULL is a no-op; waits for queued work first (it may use ptr).
+xdevError_t release(const char* fn, void* ptr, xdevMemoryType type, xdevError_t notOurs) {
+  return api(fn, [&] {
+    if (ptr == nullptr) return xdevSuccess;
+    Runtime& rt = Runtime::get();
+    rt.memory().checkFreeable(ptr, type, notOurs);
+    xdev::waitAll(rt.streams(-1), true);
+    rt.memory().free(ptr, type, notOurs);
+    return xdevSuccess;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -44,45 +70,19 @@ xdevError_t xdevMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
 }
 
 xdevError_t xdevMalloc(void** ptr, size_t bytes) {
-  return api("xdevMalloc", [&] {
-    XDEV_REQUIRE(ptr != nullptr, xdevErrorInvalidValue, "ptr is NULL");
-    *ptr = nullptr;
-    Runtime& rt = Runtime::get();
-    if (bytes > 0) *ptr = rt.memory().allocDevice(rt.currentDevice(), bytes);
-    return xdevSuccess;
-  });
+  return allocate("xdevMalloc", ptr, bytes, xdevMemoryTypeDevice);
 }
 
 xdevError_t xdevFree(void* ptr) {
-  return api("xdevFree", [&] {
-    if (ptr == nullptr) return xdevSuccess;
-    Runtime& rt = Runtime::get();
-    rt.memory().checkFreeable(ptr, xdevMemoryTypeDevice, xdevErrorInvalidDevicePointer);
-    xdev::waitAll(rt.streams(-1), true);  // queued work may still use ptr
-    rt.memory().free(ptr, xdevMemoryTypeDevice, xdevErrorInvalidDevicePointer);
-    return xdevSuccess;
-  });
+  return release("xdevFree", ptr, xdevMemoryTypeDevice, xdevErrorInvalidDevicePointer);
 }
 
 xdevError_t xdevHostAlloc(void** ptr, size_t bytes) {
-  return api("xdevHostAlloc", [&] {
-    XDEV_REQUIRE(ptr != nullptr, xdevErrorInvalidValue, "ptr is NULL");
-    *ptr = nullptr;
-    Runtime& rt = Runtime::get();
-    if (bytes > 0) *ptr = rt.memory().allocHost(rt.currentDevice(), bytes);
-    return xdevSuccess;
-  });
+  return allocate("xdevHostAlloc", ptr, bytes, xdevMemoryTypeHost);
 }
 
 xdevError_t xdevFreeHost(void* ptr) {
-  return api("xdevFreeHost", [&] {
-    if (ptr == nullptr) return xdevSuccess;
-    Runtime& rt = Runtime::get();
-    rt.memory().checkFreeable(ptr, xdevMemoryTypeHost, xdevErrorInvalidValue);
-    xdev::waitAll(rt.streams(-1), true);
-    rt.memory().free(ptr, xdevMemoryTypeHost, xdevErrorInvalidValue);
-    return xdevSuccess;
-  });
+  return release("xdevFreeHost", ptr, xdevMemoryTypeHost, xdevErrorInvalidValue);
 }
 
 xdevError_t xdevPointerGetAttributes(xdevPointerAttributes* attr, const void* ptr) {
