@@ -117,6 +117,21 @@ TEST(XdevThreads, QueriesRacingRecordsNeverCrash) {
   XDEV_ASSERT_OK(xdevStreamDestroy(s));
 }
 
+// Waits for a child up to `seconds`; kills it and returns -1 when it hangs.
+int waitExit(pid_t pid, int seconds) {
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return status;
+}
+
 // Run in a child process by the next test: leaves a stream blocked forever and work queued
 // behind it, then returns from main.
 TEST(XdevThreads, ExitChild) {
@@ -140,18 +155,31 @@ TEST(XdevThreads, ExitWithBlockedWorkDoesNotHang) {
   }
   unsetenv("XDEV_TEST_EXIT_CHILD");
   ASSERT_GE(pid, 0);
-  int status = 0;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL() << "the process hung at exit with a blocked stream";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  int status = waitExit(pid, 20);
+  ASSERT_NE(status, -1) << "the process hung at exit with a blocked stream";
   ASSERT_TRUE(WIFEXITED(status)) << "child died: status " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(XdevThreads, AChildForkedAfterStartGetsAnErrorNotAHang) {
+  xdevStream_t s;
+  XDEV_ASSERT_OK(xdevStreamCreate(&s));
+  XDEV_ASSERT_OK(launch(s, [] {}));  // the parent has a worker; the child will not
+  XDEV_ASSERT_OK(xdevStreamSynchronize(s));
+  pid_t pid = fork();
+  if (pid == 0) {
+    void* p = nullptr;
+    int rc = xdevMalloc(&p, 64) == xdevErrorInternal ? 0 : 1;
+    rc |= xdevStreamSynchronize(s) == xdevErrorInternal ? 0 : 2;
+    exit(rc);  // runs the exit hook, which must leave the parent's workers alone
+  }
+  ASSERT_GE(pid, 0);
+  int status = waitExit(pid, 20);
+  ASSERT_NE(status, -1) << "the forked child hung";
+  ASSERT_TRUE(WIFEXITED(status)) << "child died: status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: malloc was not refused, 2: sync was not refused";
+  XDEV_EXPECT_OK(xdevStreamSynchronize(s)) << "the parent is unaffected";
+  XDEV_ASSERT_OK(xdevStreamDestroy(s));
 }
 
 }  // namespace

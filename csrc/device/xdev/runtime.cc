@@ -1,6 +1,8 @@
 // Runtime state, its knobs, handle tables, and the exit hook that stops the stream workers.
 #include "runtime.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cctype>
 
@@ -65,12 +67,16 @@ int readDeviceCount() {
 thread_local int tlsDevice = 0;
 
 std::atomic<Runtime*> gRuntime{nullptr};
+// Set in a child forked after the runtime started: the child has none of the parent's
+// workers, and the parent's locks may have been held at the fork, so it must not use it.
+std::atomic<bool> gForkedAfterStart{false};
 
 // Stops the workers at exit (after the libraries that link us ran their destructors). The
 // runtime itself is never destroyed: a detached worker may still be using it.
 struct ExitHook {
   ~ExitHook() {
-    if (Runtime* rt = gRuntime.load()) rt->shutdown();
+    Runtime* rt = gRuntime.load();
+    if (rt != nullptr && !gForkedAfterStart.load()) rt->shutdown();
   }
 } exitHook;
 
@@ -100,9 +106,13 @@ std::shared_ptr<T> lookup(std::unordered_map<uint64_t, std::shared_ptr<T>>& tabl
 Runtime& Runtime::get() {
   static Runtime* rt = [] {
     auto* r = new Runtime(readDeviceCount(), parseBytes(xcclParamXdevMemory()));
+    pthread_atfork(nullptr, nullptr, [] { gForkedAfterStart.store(true); });
     gRuntime.store(r);
     return r;
   }();
+  XDEV_REQUIRE(!gForkedAfterStart.load(std::memory_order_relaxed), xdevErrorInternal,
+               "this process was forked after its parent started the xdev runtime, which a "
+               "child cannot use (as with CUDA and CNRT): start it with spawn or exec");
   return *rt;
 }
 
