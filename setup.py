@@ -28,13 +28,13 @@ VERSION = "0.1.0"
 
 
 def build_core():
-    """Configure and build the libxccl shared library with the project's CMakeLists.txt."""
+    """Configure and build libxccl and the device runtime it links (libxdev) with CMake."""
     jobs = os.environ.get("MAX_JOBS", "2")
     os.makedirs(CORE_BUILD, exist_ok=True)
     cfg = ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-DCMAKE_BUILD_TYPE=Release",
            "-DXCCL_BUILD_TESTS=OFF", "-DXCCL_BUILD_TOOLS=OFF"]
     subprocess.check_call(cfg)
-    subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "xccl", "-j", jobs])
+    subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "xccl", "xdev", "-j", jobs])
     libs = sorted(glob.glob(os.path.join(CORE_BUILD, "libxccl.so*")))
     if not libs:
         raise RuntimeError(f"libxccl.so was not produced in {CORE_BUILD}")
@@ -42,7 +42,8 @@ def build_core():
 
 
 class BuildWithCore(BuildExtension):
-    """Builds libxccl first, links the extension to it, bundles it next to the extension."""
+    """Builds libxccl and libxdev first, links the extension to them, bundles both next to
+    the extension (one copy of each per process: the device runtime's state is shared)."""
 
     def run(self):
         self._core_libs = build_core()
@@ -50,12 +51,13 @@ class BuildWithCore(BuildExtension):
         for ext in self.extensions:
             dest = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), "lib")
             os.makedirs(dest, exist_ok=True)
-            real = os.path.realpath(os.path.join(CORE_BUILD, "libxccl.so"))
-            for name in ("libxccl.so", "libxccl.so.0"):  # the soname is what the loader wants
-                target = os.path.join(dest, name)
-                if os.path.lexists(target):
-                    os.remove(target)
-                shutil.copy2(real, target)
+            for lib in ("libxccl", "libxdev"):
+                real = os.path.realpath(os.path.join(CORE_BUILD, lib + ".so"))
+                for name in (lib + ".so", lib + ".so.0"):  # the soname is what the loader wants
+                    target = os.path.join(dest, name)
+                    if os.path.lexists(target):
+                        os.remove(target)
+                    shutil.copy2(real, target)
 
 
 ext = CppExtension(
