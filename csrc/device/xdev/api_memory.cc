@@ -11,9 +11,11 @@ namespace {
 
 // Validates a copy's kind and both ranges (memory.h: device sides inside one allocation, host
 // sides clear of device memory).
-void checkCopy(xdev::Memory& mem, void* dst, const void* src, size_t bytes, xdevMemcpyKind kind) {
+void checkCopy(xdev::Memory& mem, void* dst, const void* src, size_t bytes,
+               const xdevMemcpyKind& callersKind) {
+  const int kind = xdev::rawValue(callersKind);
   XDEV_REQUIRE(kind >= xdevMemcpyHostToHost && kind <= xdevMemcpyDefault, xdevErrorInvalidValue,
-               "unknown copy kind ", static_cast<int>(kind));
+               "unknown copy kind ", kind);
   if (bytes == 0) return;
   XDEV_REQUIRE(dst != nullptr && src != nullptr, xdevErrorInvalidValue, "NULL ",
                dst == nullptr ? "dst" : "src", " for ", bytes, " bytes");
