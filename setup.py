@@ -33,7 +33,7 @@ BUNDLED = ("libxccl", "libxdev")  # shared libraries copied next to the extensio
 
 
 def build_core():
-    """Configure and build the libxccl shared library with the project's CMakeLists.txt."""
+    """Configure and build libxccl and the device runtime it links (libxdev) with CMake."""
     jobs = os.environ.get("MAX_JOBS", "2")
     os.makedirs(CORE_BUILD, exist_ok=True)
     cfg = ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-DCMAKE_BUILD_TYPE=Release",
@@ -51,7 +51,8 @@ def build_core():
 
 
 class BuildWithCore(BuildExtension):
-    """Builds libxccl first, links the extension to it, bundles it next to the extension."""
+    """Builds libxccl and libxdev first, links the extension to them, bundles both next to
+    the extension (one copy of each per process: the device runtime's state is shared)."""
 
     def run(self):
         self._core_libs = build_core()
@@ -70,8 +71,9 @@ class BuildWithCore(BuildExtension):
 
 ext = CppExtension(
     name="torch_xccl._C",
-    sources=["csrc/process_group_xccl/ProcessGroupXCCL.cpp",
-             "csrc/process_group_xccl/DesyncDebug.cpp"],
+    # the backend: one concern per file (Utils, Work, ProcessGroupXCCL, Collectives,
+    # DesyncDebug, Bindings)
+    sources=sorted(glob.glob(os.path.join("csrc", "process_group_xccl", "*.cpp"))),
     include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include")],
     library_dirs=[CORE_BUILD],
     libraries=["xccl"],
@@ -98,6 +100,6 @@ setup(
     # torch.backends, see pyproject.toml) so that device="xdev" works without an import.
     py_modules=["_torch_xccl_autoload"],
     ext_modules=[ext, xdev_ext],
-    cmdclass={"build_ext": BuildWithCore.with_options(use_ninja=False)},
+    cmdclass={"build_ext": BuildWithCore.with_options(use_ninja=True)},
     zip_safe=False,
 )

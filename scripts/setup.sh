@@ -21,7 +21,7 @@ PY=${PYTHON:-python3}
 # torch is pinned: the unpinned name pulls a multi-GB CUDA build from the registry.
 $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q "pytest>=7" pytest-timeout numpy matplotlib
+$PY -m pip install -q "pytest>=7" pytest-timeout numpy matplotlib ninja
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"

@@ -13,7 +13,9 @@
 //   Work::wait(): waits the same event on the caller's thread (whichever side sees completion
 //                  first runs the post step; it runs exactly once).
 //
-// Only this header, ProcessGroupXCCL.cpp and DesyncDebug.{hpp,cpp} include torch.
+// Files: Utils (knobs, errors, checks, staging, store adapter), Work (WorkXCCL, CommState),
+// ProcessGroupXCCL.cpp (construction, launch, completion thread, coalescing), Collectives,
+// DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), Bindings (the pybind11 module).
 #pragma once
 
 #include <atomic>

@@ -346,6 +346,46 @@ void processCollectives(int n, const char* algo) {
 }
 
 TEST(CollProcesses, ThreeRanksAutomatic) { processCollectives(3, nullptr); }
+
+// ---- one process, several ranks (xcclCommInitAll) ----
+
+TEST(CollInitAll, OneThreadDrivesEveryRank) {
+  for (int n : {1, 2, 4}) {
+    std::vector<xcclComm_t> comms(n);
+    check(xcclCommInitAll(comms.data(), n, nullptr), nullptr);
+    std::vector<std::vector<float>> bufs(n, std::vector<float>(1000));
+    for (int r = 0; r < n; ++r) {
+      int rank = -1, count = -1;
+      check(xcclCommUserRank(comms[r], &rank), comms[r]);
+      check(xcclCommCount(comms[r], &count), comms[r]);
+      EXPECT_EQ(rank, r);
+      EXPECT_EQ(count, n);
+      for (size_t i = 0; i < bufs[r].size(); ++i) bufs[r][i] = float(r + i % 7);
+    }
+    // Enqueueing never blocks, so one thread issues every rank's part, then waits.
+    for (int r = 0; r < n; ++r) {
+      check(xcclAllReduce(bufs[r].data(), bufs[r].data(), bufs[r].size(), xcclFloat32, xcclSum,
+                          comms[r], nullptr),
+            comms[r]);
+    }
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(waitResult(comms[r]), xcclSuccess) << xcclGetLastError(comms[r]);
+      for (size_t i = 0; i < bufs[r].size(); ++i) {
+        ASSERT_EQ(bufs[r][i], float(n * (n - 1) / 2 + n * (i % 7))) << "rank " << r << " i " << i;
+      }
+    }
+    for (xcclComm_t c : comms) check(xcclCommDestroy(c), nullptr);
+  }
+}
+
+TEST(CollInitAll, BadArgumentsAreRefused) {
+  xcclComm_t comms[2];
+  int dup[2] = {1, 1};
+  EXPECT_EQ(xcclCommInitAll(nullptr, 2, nullptr), xcclInvalidArgument);
+  EXPECT_EQ(xcclCommInitAll(comms, 0, nullptr), xcclInvalidArgument);
+  EXPECT_EQ(xcclCommInitAll(comms, 2, dup), xcclInvalidArgument);
+  EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("distinct"), std::string::npos);
+}
 TEST(CollProcesses, FourRanksRing) { processCollectives(4, "ring"); }
 TEST(CollProcesses, FourRanksDirect) { processCollectives(4, "direct"); }
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../algorithms/algorithm.h"
@@ -237,6 +238,49 @@ xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank, const
       secret = s->get("secret", Deadline::after(t));
     }
     initComm(comm, nranks, rank, *s, secret, config);
+  });
+}
+
+xcclResult_t xcclCommInitAll(xcclComm_t* comms, int ndev, const int* devlist) {
+  return guarded("xcclCommInitAll", [&] {
+    XCCL_CHECK_ARG(comms != nullptr, "comms is NULL");
+    XCCL_CHECK_ARG(ndev > 0, "ndev ", ndev, " must be positive");
+    for (int i = 0; devlist != nullptr && i < ndev; ++i) {
+      for (int j = 0; j < i; ++j) {
+        XCCL_CHECK_ARG(devlist[i] >= 0 && devlist[i] != devlist[j], "devlist[", i, "] = ",
+                       devlist[i], ": devices must be distinct and non-negative");
+      }
+    }
+    // A bad device fails here, before any rank waits for another.
+    for (int i = 0; i < ndev; ++i) getDevice(devlist != nullptr ? devlist[i] : i);
+    // Initialisation is collective: every rank connects to every other, so each runs on
+    // its own thread against one in-memory store.
+    auto store = makeMemoryStore();
+    const std::string secret = randomSecret();
+    std::vector<xcclComm_t> made(ndev, nullptr);
+    std::vector<std::string> errors(ndev);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < ndev; ++i) {
+      threads.emplace_back([&, i] {
+        xcclConfig_t cfg{};
+        cfg.device = devlist != nullptr ? devlist[i] : i;
+        try {
+          initComm(&made[i], ndev, i, *store, secret, &cfg);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < ndev; ++i) {
+      if (errors[i].empty()) continue;
+      for (xcclComm_t c : made) {
+        if (c != nullptr) xcclCommAbort(c);
+      }
+      throw InvalidUsage(strCat("rank ", i, " (device ", devlist ? devlist[i] : i,
+                                "): ", errors[i]));
+    }
+    std::copy(made.begin(), made.end(), comms);
   });
 }
 

@@ -125,6 +125,11 @@ XCCL_API xcclResult_t xcclCommInitRankConfig(xcclComm_t* comm, int nranks, xcclU
 XCCL_API xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank,
                                             const xcclStore_t* store, const char* prefix,
                                             const xcclConfig_t* config);
+/* One process drives ndev ranks, like ncclCommInitAll: comms[i] is rank i of a new
+ * ndev-rank communicator on device devlist[i] (devlist NULL: device i). The ranks
+ * rendezvous in memory; every communicator has its own progress thread. On failure no
+ * communicator is left behind. */
+XCCL_API xcclResult_t xcclCommInitAll(xcclComm_t* comms, int ndev, const int* devlist);
 /* Waits for enqueued work (up to the comm's timeout), then frees everything. */
 XCCL_API xcclResult_t xcclCommDestroy(xcclComm_t comm);
 /* Stops at once: pending operations fail, peers see the closure (and fail fast instead

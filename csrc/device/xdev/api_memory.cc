@@ -11,9 +11,11 @@ namespace {
 
 // Validates a copy's kind and both ranges (memory.h: device sides inside one allocation, host
 // sides clear of device memory).
-void checkCopy(xdev::Memory& mem, void* dst, const void* src, size_t bytes, xdevMemcpyKind kind) {
+void checkCopy(xdev::Memory& mem, void* dst, const void* src, size_t bytes,
+               const xdevMemcpyKind& callersKind) {
+  const int kind = xdev::rawValue(callersKind);
   XDEV_REQUIRE(kind >= xdevMemcpyHostToHost && kind <= xdevMemcpyDefault, xdevErrorInvalidValue,
-               "unknown copy kind ", static_cast<int>(kind));
+               "unknown copy kind ", kind);
   if (bytes == 0) return;
   XDEV_REQUIRE(dst != nullptr && src != nullptr, xdevErrorInvalidValue, "NULL ",
                dst == nullptr ? "dst" : "src", " for ", bytes, " bytes");
@@ -25,6 +27,32 @@ void checkCopy(xdev::Memory& mem, void* dst, const void* src, size_t bytes, xdev
   }
   mem.checkRange(dst, bytes, dstDevice, "dst");
   mem.checkRange(src, bytes, srcDevice, "src");
+}
+
+// xdevMalloc and xdevHostAlloc: bytes == 0 gives NULL.
+xdevError_t allocate(const char* fn, void** ptr, size_t bytes, xdevMemoryType type) {
+  return api(fn, [&] {
+    XDEV_REQUIRE(ptr != nullptr, xdevErrorInvalidValue, "ptr is NULL");
+    *ptr = nullptr;
+    Runtime& rt = Runtime::get();
+    if (bytes == 0) return xdevSuccess;
+    int device = rt.currentDevice();
+    *ptr = type == xdevMemoryTypeDevice ? rt.memory().allocDevice(device, bytes)
+                                        : rt.memory().allocHost(device, bytes);
+    return xdevSuccess;
+  });
+}
+
+// xdevFree and xdevFreeHost: NULL is a no-op; waits for queued work first (it may use ptr).
+xdevError_t release(const char* fn, void* ptr, xdevMemoryType type, xdevError_t notOurs) {
+  return api(fn, [&] {
+    if (ptr == nullptr) return xdevSuccess;
+    Runtime& rt = Runtime::get();
+    rt.memory().checkFreeable(ptr, type, notOurs);
+    xdev::waitAll(rt.streams(-1), true);
+    rt.memory().free(ptr, type, notOurs);
+    return xdevSuccess;
+  });
 }
 
 }  // namespace
@@ -44,45 +72,19 @@ xdevError_t xdevMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
 }
 
 xdevError_t xdevMalloc(void** ptr, size_t bytes) {
-  return api("xdevMalloc", [&] {
-    XDEV_REQUIRE(ptr != nullptr, xdevErrorInvalidValue, "ptr is NULL");
-    *ptr = nullptr;
-    Runtime& rt = Runtime::get();
-    if (bytes > 0) *ptr = rt.memory().allocDevice(rt.currentDevice(), bytes);
-    return xdevSuccess;
-  });
+  return allocate("xdevMalloc", ptr, bytes, xdevMemoryTypeDevice);
 }
 
 xdevError_t xdevFree(void* ptr) {
-  return api("xdevFree", [&] {
-    if (ptr == nullptr) return xdevSuccess;
-    Runtime& rt = Runtime::get();
-    rt.memory().checkFreeable(ptr, xdevMemoryTypeDevice, xdevErrorInvalidDevicePointer);
-    xdev::waitAll(rt.streams(-1), true);  // queued work may still use ptr
-    rt.memory().free(ptr, xdevMemoryTypeDevice, xdevErrorInvalidDevicePointer);
-    return xdevSuccess;
-  });
+  return release("xdevFree", ptr, xdevMemoryTypeDevice, xdevErrorInvalidDevicePointer);
 }
 
 xdevError_t xdevHostAlloc(void** ptr, size_t bytes) {
-  return api("xdevHostAlloc", [&] {
-    XDEV_REQUIRE(ptr != nullptr, xdevErrorInvalidValue, "ptr is NULL");
-    *ptr = nullptr;
-    Runtime& rt = Runtime::get();
-    if (bytes > 0) *ptr = rt.memory().allocHost(rt.currentDevice(), bytes);
-    return xdevSuccess;
-  });
+  return allocate("xdevHostAlloc", ptr, bytes, xdevMemoryTypeHost);
 }
 
 xdevError_t xdevFreeHost(void* ptr) {
-  return api("xdevFreeHost", [&] {
-    if (ptr == nullptr) return xdevSuccess;
-    Runtime& rt = Runtime::get();
-    rt.memory().checkFreeable(ptr, xdevMemoryTypeHost, xdevErrorInvalidValue);
-    xdev::waitAll(rt.streams(-1), true);
-    rt.memory().free(ptr, xdevMemoryTypeHost, xdevErrorInvalidValue);
-    return xdevSuccess;
-  });
+  return release("xdevFreeHost", ptr, xdevMemoryTypeHost, xdevErrorInvalidValue);
 }
 
 xdevError_t xdevPointerGetAttributes(xdevPointerAttributes* attr, const void* ptr) {

@@ -152,13 +152,13 @@ void divideTyped(void* dst, size_t n, int64_t divisor) {
   }
 }
 
-bool isFloat(xdevDataType_t t) {
+bool isFloat(int t) {
   return t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 || t == xdevBfloat16;
 }
 
 }  // namespace
 
-size_t typeSize(xdevDataType_t dtype) {
+size_t typeSize(int dtype) {
   switch (dtype) {
     case xdevInt8:
     case xdevUint8:
@@ -178,11 +178,11 @@ size_t typeSize(xdevDataType_t dtype) {
   }
 }
 
-void checkReduce(xdevDataType_t dtype, xdevRedOp_t op) {
-  XDEV_REQUIRE(typeSize(dtype) != 0, xdevErrorInvalidValue, "unknown data type ",
-               static_cast<int>(dtype));
+void checkReduce(const xdevDataType_t& dtype, const xdevRedOp_t& op) {
+  const int t = rawValue(dtype), o = rawValue(op);
+  XDEV_REQUIRE(typeSize(t) != 0, xdevErrorInvalidValue, "unknown data type ", t);
   bool ok = false;
-  switch (op) {
+  switch (o) {
     case xdevSum:
     case xdevProd:
     case xdevMax:
@@ -192,23 +192,25 @@ void checkReduce(xdevDataType_t dtype, xdevRedOp_t op) {
     case xdevBand:
     case xdevBor:
     case xdevBxor:
-      ok = !isFloat(dtype);
+      ok = !isFloat(t);
       break;
     default:  // Avg, PremulSum: built by the caller from Sum, scale and divide
       break;
   }
-  XDEV_REQUIRE(ok, xdevErrorInvalidValue, "op ", static_cast<int>(op),
-               " is not an element-wise reduction for data type ", static_cast<int>(dtype));
+  XDEV_REQUIRE(ok, xdevErrorInvalidValue, "op ", o,
+               " is not an element-wise reduction for data type ", t);
 }
 
-void checkScale(xdevDataType_t dtype) {
-  XDEV_REQUIRE(typeSize(dtype) != 0 && dtype != xdevBool, xdevErrorInvalidValue,
-               "scale is not defined for data type ", static_cast<int>(dtype));
+void checkScale(const xdevDataType_t& dtype) {
+  const int t = rawValue(dtype);
+  XDEV_REQUIRE(typeSize(t) != 0 && t != xdevBool, xdevErrorInvalidValue,
+               "scale is not defined for data type ", t);
 }
 
-void checkDivide(xdevDataType_t dtype, int64_t divisor) {
-  XDEV_REQUIRE(typeSize(dtype) != 0 && dtype != xdevBool, xdevErrorInvalidValue,
-               "divide is not defined for data type ", static_cast<int>(dtype));
+void checkDivide(const xdevDataType_t& dtype, int64_t divisor) {
+  const int t = rawValue(dtype);
+  XDEV_REQUIRE(typeSize(t) != 0 && t != xdevBool, xdevErrorInvalidValue,
+               "divide is not defined for data type ", t);
   XDEV_REQUIRE(divisor != 0, xdevErrorInvalidValue, "divide by zero");
 }
 

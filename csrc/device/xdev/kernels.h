@@ -10,12 +10,13 @@
 namespace xdev {
 
 // Bytes of one element; 0 for an unknown type.
-size_t typeSize(xdevDataType_t dtype);
+size_t typeSize(int dtype);
 // Throws Failure(xdevErrorInvalidValue) naming the problem when the kernel is not defined
-// for these arguments; the kernels below assume this passed.
-void checkReduce(xdevDataType_t dtype, xdevRedOp_t op);
-void checkScale(xdevDataType_t dtype);
-void checkDivide(xdevDataType_t dtype, int64_t divisor);
+// for these arguments; the kernels below assume this passed. The enums are the caller's,
+// unchecked, hence by reference (status.h, rawValue).
+void checkReduce(const xdevDataType_t& dtype, const xdevRedOp_t& op);
+void checkScale(const xdevDataType_t& dtype);
+void checkDivide(const xdevDataType_t& dtype, int64_t divisor);
 
 // dst[i] = a[i] op b[i] (dst may equal a or b).
 void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDataType_t dtype,

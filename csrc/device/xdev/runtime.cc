@@ -1,6 +1,8 @@
 // Runtime state, its knobs, handle tables, and the exit hook that stops the stream workers.
 #include "runtime.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cctype>
 
@@ -65,12 +67,16 @@ int readDeviceCount() {
 thread_local int tlsDevice = 0;
 
 std::atomic<Runtime*> gRuntime{nullptr};
+// Set in a child forked after the runtime started: the child has none of the parent's
+// workers, and the parent's locks may have been held at the fork, so it must not use it.
+std::atomic<bool> gForkedAfterStart{false};
 
 // Stops the workers at exit (after the libraries that link us ran their destructors). The
 // runtime itself is never destroyed: a detached worker may still be using it.
 struct ExitHook {
   ~ExitHook() {
-    if (Runtime* rt = gRuntime.load()) rt->shutdown();
+    Runtime* rt = gRuntime.load();
+    if (rt != nullptr && !gForkedAfterStart.load()) rt->shutdown();
   }
 } exitHook;
 
@@ -83,14 +89,30 @@ Handle handleOf(uint64_t id) {
   return reinterpret_cast<Handle>(static_cast<uintptr_t>(id));
 }
 
+// The live object behind a handle; removed from the table when take. Caller holds the lock.
+template <typename T, typename Handle>
+std::shared_ptr<T> lookup(std::unordered_map<uint64_t, std::shared_ptr<T>>& table, Handle handle,
+                          const char* kind, bool take) {
+  auto it = table.find(idOf(handle));
+  XDEV_REQUIRE(it != table.end(), xdevErrorInvalidResourceHandle, kind, " handle ",
+               static_cast<const void*>(handle), " is not a live ", kind, " (destroyed?)");
+  std::shared_ptr<T> object = it->second;
+  if (take) table.erase(it);
+  return object;
+}
+
 }  // namespace
 
 Runtime& Runtime::get() {
   static Runtime* rt = [] {
     auto* r = new Runtime(readDeviceCount(), parseBytes(xcclParamXdevMemory()));
+    pthread_atfork(nullptr, nullptr, [] { gForkedAfterStart.store(true); });
     gRuntime.store(r);
     return r;
   }();
+  XDEV_REQUIRE(!gForkedAfterStart.load(std::memory_order_relaxed), xdevErrorInternal,
+               "this process was forked after its parent started the xdev runtime, which a "
+               "child cannot use (as with CUDA and CNRT): start it with spawn or exec");
   return *rt;
 }
 
@@ -118,10 +140,7 @@ std::shared_ptr<Stream> Runtime::defaultStream(int device) {
 std::shared_ptr<Stream> Runtime::stream(xdevStream_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   if (handle == nullptr) return defaultStream(tlsDevice);
-  auto it = streams_.find(idOf(handle));
-  XDEV_REQUIRE(it != streams_.end(), xdevErrorInvalidResourceHandle, "stream handle ", handle,
-               " is not a live stream (destroyed?)");
-  return it->second;
+  return lookup(streams_, handle, "stream", false);
 }
 
 xdevStream_t Runtime::createStream(int device, int priority) {
@@ -135,12 +154,7 @@ std::shared_ptr<Stream> Runtime::takeStream(xdevStream_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   XDEV_REQUIRE(handle != nullptr, xdevErrorInvalidResourceHandle,
                "the default stream cannot be destroyed");
-  auto it = streams_.find(idOf(handle));
-  XDEV_REQUIRE(it != streams_.end(), xdevErrorInvalidResourceHandle, "stream handle ", handle,
-               " is not a live stream (destroyed twice?)");
-  auto s = std::move(it->second);
-  streams_.erase(it);
-  return s;
+  return lookup(streams_, handle, "stream", true);
 }
 
 std::vector<std::shared_ptr<Stream>> Runtime::streams(int device) {
@@ -157,10 +171,7 @@ std::vector<std::shared_ptr<Stream>> Runtime::streams(int device) {
 
 std::shared_ptr<Event> Runtime::event(xdevEvent_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = events_.find(idOf(handle));
-  XDEV_REQUIRE(it != events_.end(), xdevErrorInvalidResourceHandle, "event handle ", handle,
-               " is not a live event (destroyed?)");
-  return it->second;
+  return lookup(events_, handle, "event", false);
 }
 
 xdevEvent_t Runtime::createEvent(int device, unsigned flags) {
@@ -172,12 +183,7 @@ xdevEvent_t Runtime::createEvent(int device, unsigned flags) {
 
 std::shared_ptr<Event> Runtime::takeEvent(xdevEvent_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = events_.find(idOf(handle));
-  XDEV_REQUIRE(it != events_.end(), xdevErrorInvalidResourceHandle, "event handle ", handle,
-               " is not a live event (destroyed twice?)");
-  auto e = std::move(it->second);
-  events_.erase(it);
-  return e;
+  return lookup(events_, handle, "event", true);
 }
 
 std::shared_ptr<Stream> Runtime::newStream(int device, uint64_t id, int priority) {

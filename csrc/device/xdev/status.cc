@@ -25,7 +25,7 @@ xdevError_t recordError(xdevError_t code, const char* fn, const std::string& msg
 extern "C" {
 
 const char* xdevGetErrorName(xdevError_t error) {
-  switch (error) {
+  switch (xdev::rawValue(error)) {
     case xdevSuccess:
       return "xdevSuccess";
     case xdevErrorInvalidValue:
@@ -49,7 +49,7 @@ const char* xdevGetErrorName(xdevError_t error) {
 }
 
 const char* xdevGetErrorString(xdevError_t error) {
-  switch (error) {
+  switch (xdev::rawValue(error)) {
     case xdevSuccess:
       return "no error";
     case xdevErrorInvalidValue:

@@ -5,6 +5,7 @@
 //   return api("xdevMalloc", [&] { ...; return xdevSuccess; });
 #pragma once
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,17 @@ class Failure : public std::runtime_error {
  private:
   xdevError_t code_;
 };
+
+// An enum argument as the caller passed it. A C caller may pass any int, and loading a value
+// outside the enum's range through the enum type is undefined in C++, so arguments are read
+// through this until they are checked.
+template <typename Enum>
+int rawValue(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
 
 // Records a failure as this thread's last error and message; returns code. NotReady and
 // Success are returned without being recorded.

@@ -1,0 +1,41 @@
+// Bindings.cpp — the pybind11 module torch_xccl._C: the backend factory the Python routing
+// registers, and introspection helpers.
+#include <pybind11/chrono.h>
+#include <torch/extension.h>
+
+#include "ProcessGroupXCCL.hpp"
+
+namespace {
+torch_xccl::ProcessGroupXCCL& asXccl(const c10::intrusive_ptr<c10d::Backend>& b) {
+  auto* p = dynamic_cast<torch_xccl::ProcessGroupXCCL*>(b.get());
+  TORCH_CHECK(p != nullptr, "not an xccl backend: ", b ? b->getBackendName() : "None");
+  return *p;
+}
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "torch_xccl native module: the xccl c10d backend over libxccl";
+  m.def(
+      "_create_backend",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         std::chrono::milliseconds timeout, const std::string& groupName,
+         const std::vector<uint64_t>& globalRanks) {
+        return torch_xccl::createProcessGroupXCCL(store, rank, size, timeout, groupName,
+                                                  globalRanks);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::arg("group_name") = "", py::arg("global_ranks_in_group") = std::vector<uint64_t>{},
+      py::call_guard<py::gil_scoped_release>());
+  m.def("xccl_version", [] {
+    int v = 0;
+    xcclResult_t r = xcclGetVersion(&v);
+    TORCH_CHECK(r == xcclSuccess, "xcclGetVersion: ", xcclGetErrorString(r));
+    return v;
+  });
+  m.def("xccl_header_version", [] { return XCCL_VERSION_CODE; });
+  m.def("_describe",
+        [](const c10::intrusive_ptr<c10d::Backend>& b) { return asXccl(b).describe(); });
+  m.def("_is_xccl_backend", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+    return dynamic_cast<torch_xccl::ProcessGroupXCCL*>(b.get()) != nullptr;
+  });
+}

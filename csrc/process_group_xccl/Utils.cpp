@@ -1,0 +1,212 @@
+#include "Utils.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include <c10/util/Exception.h>
+
+namespace torch_xccl {
+
+// ---------------------------------------------------------------- environment knobs
+// Every knob is read when a process group is created, so tests can vary it per group.
+int envInt(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return dflt;
+  return std::atoi(v);
+}
+bool blockingWaitFromEnv() { return envInt("TORCH_XCCL_BLOCKING_WAIT", 0) != 0; }
+AsyncErrorMode errorModeFromEnv() {
+  int v = envInt("TORCH_XCCL_ASYNC_ERROR_HANDLING", 2);
+  if (v < 0 || v > 3) v = 2;
+  return static_cast<AsyncErrorMode>(v);
+}
+
+// ---------------------------------------------------------------- errors
+std::exception_ptr distError(const std::string& msg) {
+  try {
+    C10_THROW_ERROR(DistBackendError, msg);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+[[noreturn]] void throwDist(const std::string& msg) { C10_THROW_ERROR(DistBackendError, msg); }
+
+std::string libError(xcclResult_t r, const char* detail) {
+  std::string s = xcclGetErrorString(r);
+  if (detail != nullptr && *detail != '\0') s += std::string(": ") + detail;
+  return s;
+}
+
+// "allreduce(Float, 1048576)": the op and its first staged tensor, for the desync report.
+std::string describeCall(const char* opName, const std::vector<at::Tensor>& tensors) {
+  std::ostringstream os;
+  os << opName << "(";
+  if (!tensors.empty() && tensors[0].defined()) {
+    os << tensors[0].scalar_type() << ", " << tensors[0].numel();
+    if (tensors.size() > 1) os << ", +" << tensors.size() - 1 << " tensors";
+  }
+  os << ")";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- argument checks
+xcclDataType_t toXcclType(const char* op, at::ScalarType t) {
+  switch (t) {
+    case at::kChar:
+      return xcclInt8;
+    case at::kByte:
+      return xcclUint8;
+    case at::kInt:
+      return xcclInt32;
+    case at::kLong:
+      return xcclInt64;
+    case at::kHalf:
+      return xcclFloat16;
+    case at::kFloat:
+      return xcclFloat32;
+    case at::kDouble:
+      return xcclFloat64;
+    case at::kBFloat16:
+      return xcclBfloat16;
+    case at::kBool:
+      return xcclBool;
+    default:
+      TORCH_CHECK(false, "xccl ", op, ": unsupported dtype ", t,
+                  " (supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, "
+                  "bool)");
+  }
+}
+
+bool isFloating(at::ScalarType t) {
+  return t == at::kHalf || t == at::kFloat || t == at::kDouble || t == at::kBFloat16;
+}
+
+xcclRedOp_t toXcclOp(const char* op, const c10d::ReduceOp& r, at::ScalarType t) {
+  switch (r.op_) {
+    case c10d::ReduceOp::SUM:
+      return t == at::kBool ? xcclMax : xcclSum;  // bool sum = or
+    case c10d::ReduceOp::PRODUCT:
+      return t == at::kBool ? xcclMin : xcclProd;  // = and
+    case c10d::ReduceOp::MIN:
+      return xcclMin;
+    case c10d::ReduceOp::MAX:
+      return xcclMax;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(t != at::kBool, "xccl ", op, ": ReduceOp.AVG is not supported for bool");
+      return xcclAvg;
+    case c10d::ReduceOp::PREMUL_SUM:
+      TORCH_CHECK(isFloating(t), "xccl ", op,
+                  ": ReduceOp.PREMUL_SUM needs a floating-point dtype, got ", t);
+      return xcclPremulSum;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      TORCH_CHECK(!isFloating(t), "xccl ", op,
+                  ": bitwise ReduceOp needs an integer or bool "
+                  "dtype, got ",
+                  t);
+      return r.op_ == c10d::ReduceOp::BAND  ? xcclBand
+             : r.op_ == c10d::ReduceOp::BOR ? xcclBor
+                                            : xcclBxor;
+    default:
+      TORCH_CHECK(false, "xccl ", op, ": unsupported ReduceOp ", static_cast<int>(r.op_));
+  }
+}
+
+// The PREMUL_SUM factor as a one-element CPU tensor of `dtype` (a host value of the type).
+at::Tensor premulFactor(const char* op, const c10d::ReduceOp& r, at::ScalarType dtype) {
+  auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(r.supplement_.get());
+  TORCH_CHECK(s != nullptr, "xccl ", op, ": PREMUL_SUM without a factor");
+  if (s->tensor_factor.defined()) {
+    return s->tensor_factor.detach().to(at::kCPU, dtype).reshape({1}).contiguous();
+  }
+  return at::full({1}, s->double_factor, at::TensorOptions().dtype(dtype));
+}
+
+void checkTensor(const char* op, const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.defined(), "xccl ", op, ": ", what, " is undefined");
+  TORCH_CHECK(t.layout() == at::kStrided, "xccl ", op, ": ", what,
+              " must be a dense (strided) tensor, got layout ", t.layout());
+  TORCH_CHECK(t.device().is_cpu(), "xccl ", op, ": tensors must be on the cpu device, got ",
+              t.device());
+  toXcclType(op, t.scalar_type());
+}
+
+// All tensors on one device and of one dtype.
+void checkSame(const char* op, const at::Tensor& ref, const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), "xccl ", op, ": a tensor is undefined");
+  TORCH_CHECK(t.device() == ref.device(), "xccl ", op, ": tensors must be on the same device, got ",
+              ref.device(), " and ", t.device());
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "xccl ", op,
+              ": tensors must have the same dtype, got ", ref.scalar_type(), " and ",
+              t.scalar_type());
+}
+
+const at::Tensor& single(const char* op, const std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "xccl ", op, ": expected exactly one ", what,
+              " per process (one device per rank), got ", ts.size());
+  checkTensor(op, ts[0]);
+  return ts[0];
+}
+
+void checkRank(const char* op, int64_t r, int size, const char* what) {
+  TORCH_CHECK(r >= 0 && r < size, "xccl ", op, ": invalid ", what, " ", r, " (group size is ", size,
+              ")");
+}
+
+void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref, int size,
+               const char* what) {
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "xccl ", op, ": ", what,
+              " must hold one tensor per rank (", size, "), got ", list.size());
+  for (const auto& t : list) {
+    checkSame(op, ref, t);
+    TORCH_CHECK(t.numel() == ref.numel(), "xccl ", op, ": every tensor in ", what, " must have ",
+                ref.numel(), " elements (like the input), got ", t.numel());
+  }
+}
+
+// Groups several enqueues into one (xcclGroupStart/End; nests inside a coalescing block).
+xcclResult_t grouped(const std::function<xcclResult_t()>& body) {
+  xcclResult_t r = xcclGroupStart();
+  if (r != xcclSuccess) return r;
+  xcclResult_t r1 = body();
+  xcclResult_t r2 = xcclGroupEnd();
+  return r1 != xcclSuccess ? r1 : r2;
+}
+
+// ---------------------------------------------------------------- store adapter
+
+int storeSet(void* ctx, const char* key, const void* value, size_t len) {
+  try {
+    auto* c = static_cast<StoreCtx*>(ctx);
+    const auto* p = static_cast<const uint8_t*>(value);
+    c->store->set(key, std::vector<uint8_t>(p, p + len));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[torch_xccl] store set(%s) failed: %s\n", key, e.what());
+    return 1;
+  }
+}
+
+int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms) {
+  try {
+    auto* c = static_cast<StoreCtx*>(ctx);
+    if (timeout_ms > 0) {
+      c->store->wait({key}, std::chrono::milliseconds(timeout_ms));
+    } else {
+      c->store->wait({key});
+    }
+    std::vector<uint8_t> v = c->store->get(key);
+    *len = v.size();
+    std::memcpy(value, v.data(), std::min(cap, v.size()));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what());
+    return 1;
+  }
+}
+
+}  // namespace torch_xccl

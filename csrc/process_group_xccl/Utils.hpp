@@ -1,0 +1,80 @@
+// Utils.hpp — helpers shared by the backend's files: environment knobs, errors, dtype and
+// ReduceOp mapping, argument checks, staging (contiguous copies and copy-back), groups, and
+// the adapter that lets libxccl rendezvous through c10d's Store.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "ProcessGroupXCCL.hpp"
+#include "xccl.h"
+
+namespace torch_xccl {
+
+constexpr int64_t kPollMs = 100;  // longest single xcclEventWait slice
+
+// ---- environment knobs (read when a process group is created)
+int envInt(const char* name, int dflt);
+bool blockingWaitFromEnv();           // TORCH_XCCL_BLOCKING_WAIT
+AsyncErrorMode errorModeFromEnv();    // TORCH_XCCL_ASYNC_ERROR_HANDLING
+
+// ---- errors: c10::DistBackendError with the op name in front
+std::exception_ptr distError(const std::string& msg);
+[[noreturn]] void throwDist(const std::string& msg);
+std::string libError(xcclResult_t r, const char* detail);
+// "allreduce(Float, 1048576)": the op and its first staged tensor, for the desync report.
+std::string describeCall(const char* opName, const std::vector<at::Tensor>& tensors);
+
+// ---- dtype / ReduceOp mapping and argument checks (TORCH_CHECK naming the op)
+xcclDataType_t toXcclType(const char* op, at::ScalarType t);
+bool isFloating(at::ScalarType t);
+xcclRedOp_t toXcclOp(const char* op, const c10d::ReduceOp& r, at::ScalarType t);
+// The PREMUL_SUM factor as a one-element CPU tensor of `dtype` (a host value of the type).
+at::Tensor premulFactor(const char* op, const c10d::ReduceOp& r, at::ScalarType dtype);
+void checkTensor(const char* op, const at::Tensor& t, const char* what = "tensor");
+// All tensors on one device and of one dtype.
+void checkSame(const char* op, const at::Tensor& ref, const at::Tensor& t);
+const at::Tensor& single(const char* op, const std::vector<at::Tensor>& ts,
+                         const char* what = "tensor");
+void checkRank(const char* op, int64_t r, int size, const char* what);
+void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref, int size,
+               const char* what);
+
+// ---- staging
+// A contiguous buffer for `t`: t itself, or a contiguous copy (copy back in the post step).
+inline at::Tensor contig(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+// Post step that copies staged buffers back into the caller's tensors.
+struct CopyBack {
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;  // (destination, staged source)
+  void add(const at::Tensor& dst, const at::Tensor& src) {
+    if (!dst.is_same(src)) pairs.emplace_back(dst, src);
+  }
+  std::function<void()> fn() {
+    if (pairs.empty()) return nullptr;
+    auto p = std::move(pairs);
+    return [p]() {
+      for (const auto& d : p) d.first.copy_(d.second.view(d.first.sizes()));
+    };
+  }
+};
+
+// Groups several enqueues into one (xcclGroupStart/End; nests inside a coalescing block).
+xcclResult_t grouped(const std::function<xcclResult_t()>& body);
+
+// ---- store adapter: xcclStore_t callbacks over a c10d Store
+struct StoreCtx {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+int storeSet(void* ctx, const char* key, const void* value, size_t len);
+int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms);
+
+}  // namespace torch_xccl
