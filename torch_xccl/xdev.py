@@ -13,6 +13,7 @@ this module adds the CUDA-like names. See docs/XDEV_TORCH.md.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Union
 
 import torch
@@ -61,11 +62,23 @@ def is_initialized() -> bool:
     return True
 
 
+_in_bad_fork = False
+
+
+def _mark_bad_fork() -> None:
+    global _in_bad_fork
+    _in_bad_fork = True
+
+
 def _is_in_bad_fork() -> bool:
-    """torch.manual_seed asks this before seeding the device: the runtime's worker threads
-    do not survive fork, but nothing here is lazily initialised, so a forked child is not
-    flagged (do not use xdev in a forked child)."""
-    return False
+    """True in a child forked after torch_xccl was imported: the runtime's stream workers do
+    not survive fork (the runtime refuses work there), so torch.manual_seed in such a child
+    (a DataLoader worker) leaves the xdev generators alone, as torch.cuda does."""
+    return _in_bad_fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_bad_fork)
 
 
 def init() -> None:

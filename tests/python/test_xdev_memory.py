@@ -155,3 +155,11 @@ def test_storage_resize_keeps_the_prefix():
     assert s.nbytes() == 32 and s.device.type == "xdev"
     assert torch.equal(torch.tensor([], device="xdev").set_(s).view(torch.float32)[:4].cpu(),
                        torch.arange(4.0))
+
+
+def test_dataloader_workers_fork_after_xdev_is_in_use():
+    torch.ones(1, device="xdev").sum().item()  # the runtime's workers are running
+    ds = torch.utils.data.TensorDataset(torch.arange(16.0).view(8, 2))
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, pin_memory=True)
+    got = torch.cat([b.to("xdev", non_blocking=True) for (b,) in loader]).cpu()
+    assert torch.equal(got, torch.arange(16.0).view(8, 2))
