@@ -35,6 +35,9 @@ namespace {
 struct AliasResizeAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DataPtr ptr = deviceAllocator()->allocate(nbytes);
+    // The block may have been freed by another thread with work still queued on this
+    // stream after our earlier synchronisation; the CPU kernel writes it from the host.
+    synchronizeCurrentStream(currentDevice());
     ptr.unsafe_set_device(c10::Device(c10::kCPU));
     return ptr;
   }
@@ -113,8 +116,10 @@ at::Tensor copyToNewXdevTensor(const at::Tensor& cpu, c10::DeviceIndex device) {
                        deviceAllocator()->allocate(nbytes), deviceAllocator(),
                        /*resizable=*/true);
   if (nbytes > 0) {
-    // Device memory is host memory, and a fresh block from this stream's cache is idle once
-    // the stream has been synchronised (the fallback did that before the kernel).
+    // Device memory is host memory. A block from this stream's cache may still have work
+    // queued on the stream (freed with work pending, possibly by another thread since the
+    // fallback's own synchronisation): wait for the stream before writing it from the host.
+    synchronizeCurrentStream(device);
     std::memcpy(storage.mutable_data(), cpu.storage().data(), nbytes);
   }
   return xdevTensorOver(storage, cpu);
@@ -128,8 +133,8 @@ void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
   TORCH_CHECK(storage->resizable(), "xdev: trying to resize a storage that is not resizable");
   const c10::DeviceIndex device = storage->device().index();
   c10::DeviceGuard guard(c10::Device(kXdev, device));
-  synchronizeCurrentStream(device);
   c10::DataPtr fresh = deviceAllocator()->allocate(nbytes);
+  synchronizeCurrentStream(device);  // the old bytes are final and the new block is idle
   const size_t keep = std::min(nbytes, storage->nbytes());
   if (keep > 0) {
     std::memcpy(fresh.get(), storage->data(), keep);
@@ -198,6 +203,13 @@ const at::Tensor& xdevResize(const at::Tensor& self, c10::IntArrayRef size,
   // allocator, and copies the old bytes on the host: the stream must be idle first.
   c10::DeviceGuard guard(self.device());
   synchronizeCurrentStream(self.device().index());
+  const size_t needed = at::detail::computeStorageNbytesContiguous(
+      size, self.dtype().itemsize(), static_cast<size_t>(self.storage_offset()));
+  if (needed > self.storage().nbytes()) {
+    // Grow here rather than in the CPU resize, so the new block is waited for before the
+    // host copies the old bytes into it (resizeStorageBytes).
+    resizeStorageBytes(self.storage().unsafeGetStorageImpl(), needed);
+  }
   return at::native::resize_(self, size, format);
 }
 
