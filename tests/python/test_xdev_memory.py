@@ -163,3 +163,16 @@ def test_dataloader_workers_fork_after_xdev_is_in_use():
     loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, pin_memory=True)
     got = torch.cat([b.to("xdev", non_blocking=True) for (b,) in loader]).cpu()
     assert torch.equal(got, torch.arange(16.0).view(8, 2))
+
+
+def test_fallback_ops_work_in_place_without_copying_their_inputs():
+    x = torch.ones(4 * MB, device="xdev")  # 16 MB
+    torch.xdev.synchronize()
+    torch.xdev.reset_peak_memory_stats()
+    before = torch.xdev.memory_allocated()
+    p = x.data_ptr()
+    x.mul_(3).add_(1)  # both run through the CPU fallback, over x's own memory
+    assert x.unfold(0, 2, 2)[:, 0].sum().item() == 2 * MB * 4  # a fallback view, then reduced
+    assert x.data_ptr() == p
+    assert torch.xdev.max_memory_allocated() - before < MB  # no copy of x was ever made
+    assert x[:3].cpu().tolist() == [4.0, 4.0, 4.0]

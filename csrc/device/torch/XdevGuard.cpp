@@ -124,7 +124,8 @@ struct XdevGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return static_cast<double>(ms);
   }
 
-  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override;
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr,
+                             const c10::Stream& stream) const override;
 };
 
 }  // namespace
