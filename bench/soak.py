@@ -278,6 +278,9 @@ def rank_main(rank, world, port, args, results):
                 errors.append(f"op {i} {spec['kind']} {spec['dtype']} {spec['numel']} "
                               f"{spec['op']}: {type(e).__name__}: {str(e)[:300]}")
                 break  # the group is failed: later ops would only repeat the error
+            if rank == 0 and args.progress and (i + 1) % args.progress == 0:
+                print(f"  {world} ranks: {i + 1}/{per_world} ops, {len(mismatches)} mismatches",
+                      flush=True)
             if bad:
                 mismatches.append(f"op {i} {spec['kind']} {spec['dtype']} n={spec['numel']} "
                                   f"{spec['op']} members={spec['members']}: {bad}")
@@ -343,6 +346,8 @@ def main():
     ap.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("64M"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="tensor device (cpu)")
+    ap.add_argument("--progress", type=int, default=0, metavar="N",
+                    help="rank 0 prints a line every N operations")
     ap.add_argument("--inject-fault", action="store_true",
                     help="corrupt every 10th result before checking (the checker must catch it)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per world size")

@@ -10,6 +10,7 @@
 #include "common/param.h"
 #include "dtype.h"
 #include "host/host_device.h"
+#include "host/xdev_device.h"
 
 namespace xccl {
 
@@ -55,10 +56,10 @@ bool opSupported(xcclDataType_t dtype, xcclRedOp_t op) {
   }
 }
 
-Device& getDevice(int ordinal) {
+Device& getDevice(const std::string& requested, int ordinal) {
   static std::mutex mu;
   static std::map<std::pair<std::string, int>, std::unique_ptr<Device>> devices;
-  std::string kind = xcclParamDeviceKind();
+  const std::string kind = requested.empty() ? xcclParamDeviceKind() : requested;
   std::lock_guard<std::mutex> lock(mu);
   if (kind == "host") {
     int ord = ordinal < 0 ? 0 : ordinal;
@@ -66,8 +67,16 @@ Device& getDevice(int ordinal) {
     if (!slot) slot = std::make_unique<HostDevice>(ord);
     return *slot;
   }
+  if (kind == "xdev") {
+    int ord = ordinal < 0 ? XdevDevice::currentOrdinal() : ordinal;
+    auto& slot = devices[{kind, ord}];
+    if (!slot) slot = std::make_unique<XdevDevice>(ord);  // checks the ordinal
+    return *slot;
+  }
   throw InvalidUsage(
-      strCat("XCCL_DEVICE=", kind, " is not available in this build (available: host)"));
+      strCat("device kind '", kind, "' is not available in this build (available: host, xdev)"));
 }
+
+Device& getDevice(int ordinal) { return getDevice("", ordinal); }
 
 }  // namespace xccl

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,18 +58,24 @@ class Device {
   // dst[i] /= divisor (integer division for integer types). Used by Avg.
   virtual void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) = 0;
 
-  // Ordering with the caller's stream. streamCapture() runs on the enqueuing thread and
-  // returns a token for "all work on stream so far"; streamWait() runs on the progress
-  // thread and blocks until that work is done (so the inputs are ready). streamRelease()
-  // frees the token. The host device has no asynchronous streams: tokens are null.
+  // Ordering with the caller's stream (the CUDA/NCCL model: a collective is a piece of
+  // work on the stream). streamCapture() runs on the enqueuing thread and returns a token
+  // for "all work on stream so far"; streamWait() runs on the progress thread and blocks
+  // until that work is done (so the inputs are ready). streamRelease() frees the token.
+  // streamDefer() makes work enqueued on the stream afterwards wait until done() returns
+  // (done() blocks until the collective completes: the stream-side end of the operation).
+  // The host device has no asynchronous streams: tokens are null and nothing is deferred.
   virtual void* streamCapture(xcclStream_t stream) = 0;
   virtual void streamWait(void* token) = 0;
   virtual void streamRelease(void* token) = 0;
+  virtual void streamDefer(xcclStream_t stream, std::function<void()> done) {}
 };
 
-// The device for this process: XCCL_DEVICE=host (default) or cuda. `ordinal` < 0 picks the
-// device's current/default ordinal. Throws InvalidUsage for a device this build lacks.
-Device& getDevice(int ordinal);
+// A device by kind ("host", "xdev"; "" = XCCL_DEVICE, default host) and ordinal (< 0: the
+// kind's current/default ordinal). One instance per (kind, ordinal) per process. Throws
+// InvalidUsage for a kind this build lacks or an ordinal the kind does not have.
+Device& getDevice(const std::string& kind, int ordinal);
+Device& getDevice(int ordinal);  // getDevice("", ordinal)
 
 // True for the reduction ops defined on dtype (e.g. no bitwise ops on floats).
 bool opSupported(xcclDataType_t dtype, xcclRedOp_t op);

@@ -140,48 +140,48 @@ std::string unsupportedReason(Coll c, xcclDataType_t t, xcclRedOp_t op) {
 }
 
 xcclResult_t issue(const OpArgs& a, const void* send, void* recv, xcclComm_t comm, int rank,
-                   int nranks, const char** what) {
+                   int nranks, const char** what, xcclStream_t stream) {
   switch (a.coll) {
     case Coll::kAllReduce:
       if (a.op == xcclPremulSum) {
         *what = "xcclAllReducePremulSum";
         char scalar[8];
         store(scalar, a.type, 0, premulScalar(a.type));
-        return xcclAllReducePremulSum(send, recv, a.count, a.type, scalar, comm, nullptr);
+        return xcclAllReducePremulSum(send, recv, a.count, a.type, scalar, comm, stream);
       }
       *what = "xcclAllReduce";
-      return xcclAllReduce(send, recv, a.count, a.type, a.op, comm, nullptr);
+      return xcclAllReduce(send, recv, a.count, a.type, a.op, comm, stream);
     case Coll::kAllGather:
       *what = "xcclAllGather";
-      return xcclAllGather(send, recv, a.count, a.type, comm, nullptr);
+      return xcclAllGather(send, recv, a.count, a.type, comm, stream);
     case Coll::kReduceScatter:
       *what = "xcclReduceScatter";
-      return xcclReduceScatter(send, recv, a.count, a.type, a.op, comm, nullptr);
+      return xcclReduceScatter(send, recv, a.count, a.type, a.op, comm, stream);
     case Coll::kBroadcast:
       *what = "xcclBroadcast";
-      return xcclBroadcast(send, recv, a.count, a.type, a.root, comm, nullptr);
+      return xcclBroadcast(send, recv, a.count, a.type, a.root, comm, stream);
     case Coll::kReduce:
       *what = "xcclReduce";
-      return xcclReduce(send, recv, a.count, a.type, a.op, a.root, comm, nullptr);
+      return xcclReduce(send, recv, a.count, a.type, a.op, a.root, comm, stream);
     case Coll::kAllToAll:
       *what = "xcclAllToAll";
-      return xcclAllToAll(send, recv, a.count, a.type, comm, nullptr);
+      return xcclAllToAll(send, recv, a.count, a.type, comm, stream);
     case Coll::kGather:
       *what = "xcclGather";
-      return xcclGather(send, recv, a.count, a.type, a.root, comm, nullptr);
+      return xcclGather(send, recv, a.count, a.type, a.root, comm, stream);
     case Coll::kScatter:
       *what = "xcclScatter";
-      return xcclScatter(send, recv, a.count, a.type, a.root, comm, nullptr);
+      return xcclScatter(send, recv, a.count, a.type, a.root, comm, stream);
     case Coll::kSendRecv: {
       int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
       *what = "xcclGroupStart";
       xcclResult_t r = xcclGroupStart();
       if (r != xcclSuccess) return r;
       *what = "xcclSend";
-      r = xcclSend(send, a.count, a.type, next, comm, nullptr);
+      r = xcclSend(send, a.count, a.type, next, comm, stream);
       if (r == xcclSuccess) {
         *what = "xcclRecv";
-        r = xcclRecv(recv, a.count, a.type, prev, comm, nullptr);
+        r = xcclRecv(recv, a.count, a.type, prev, comm, stream);
       }
       xcclResult_t e = xcclGroupEnd();  // always close the group, even after a failure
       if (r == xcclSuccess && e != xcclSuccess) *what = "xcclGroupEnd";

@@ -85,7 +85,7 @@ struct OpArgs {
 // Enqueues one operation (sendrecv: a group of one send to rank+1 and one receive from
 // rank-1). `what` names the failing call on error.
 xcclResult_t issue(const OpArgs& a, const void* send, void* recv, xcclComm_t comm, int rank,
-                   int nranks, const char** what);
+                   int nranks, const char** what, xcclStream_t stream = nullptr);
 
 // Checks recv (this rank's result region, layout.recvElems elements) against the host
 // reference; returns the number of wrong elements. Ranks that receive nothing (non-root

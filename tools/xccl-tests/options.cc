@@ -153,6 +153,13 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        [&o](const std::string& v) { o.timeoutSec = static_cast<int>(toInt("-T", v, 1, 1 << 24)); }},
       {'s', "seed", "N", "seed of the generated inputs, default 1",
        [&o](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("-s", v, 0, 1L << 62)); }},
+      {'D', "device", "host|xdev",
+       "where buffers live: host memory (default), or xdev device memory with every "
+       "operation ordered on an xdev stream (rank i on xdev:i; like nccl-tests on GPUs)",
+       [&o](const std::string& v) {
+         if (v != "host" && v != "xdev") usageError("-D: unknown device '" + v + "' (host, xdev)");
+         o.device = v;
+       }},
       {0, "conformance", nullptr,
        "run the conformance matrix (collectives x types x ops x sizes x "
        "in/out-of-place); exit 1 on any wrong or out-of-bounds element",

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -22,26 +23,51 @@
 
 #include "oob.h"
 #include "report.h"
+#include "xdev_runtime.h"
 
 namespace xt {
 namespace {
 
 constexpr size_t kGuard = 256;
 
+// Host memory, or (--device xdev) device memory from xdevMalloc, with guard regions of a
+// known pattern on both sides of the region a case uses. A rank keeps its buffers for the
+// whole run and re-guards them per case (prepare), as nccl-tests allocates once: freeing
+// device memory synchronises the device, and with several ranks sharing a device a free
+// between cases could wait for a peer's stream that holds a collective needing this rank.
+// xdev memory is host-addressable (a simulated device), so filling and checking need no
+// copies; every read of a result comes after the rank's stream is synchronised.
 class GuardedBuffer {
  public:
-  explicit GuardedBuffer(size_t bytes) : bytes_(bytes) {
+  GuardedBuffer(size_t capacity, bool onXdev) : capacity_(capacity), xdev_(onXdev) {
     void* p = nullptr;
-    if (posix_memalign(&p, 64, bytes + 2 * kGuard) != 0) throw std::bad_alloc();
+    if (xdev_) {
+      xdevError_t e = xdevMalloc(&p, capacity + 2 * kGuard);
+      if (e != xdevSuccess) {
+        throw std::runtime_error(std::string("xdevMalloc of ") + std::to_string(capacity) +
+                                 " bytes failed: " + xdevGetErrorString(e));
+      }
+    } else if (posix_memalign(&p, 64, capacity + 2 * kGuard) != 0) {
+      throw std::bad_alloc();
+    }
     base_ = static_cast<unsigned char*>(p);
-    for (size_t i = 0; i < kGuard; ++i) {
-      base_[i] = pattern(i);
-      base_[kGuard + bytes + i] = pattern(kGuard + i);
+    for (size_t i = 0; i < kGuard; ++i) base_[i] = pattern(i);
+  }
+  ~GuardedBuffer() {
+    if (xdev_) {
+      xdevFree(base_);
+    } else {
+      std::free(base_);
     }
   }
-  ~GuardedBuffer() { std::free(base_); }
   GuardedBuffer(const GuardedBuffer&) = delete;
   GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  size_t capacity() const { return capacity_; }
+  // The next case uses `bytes` bytes: the trailing guard goes right after them.
+  void prepare(size_t bytes) {
+    bytes_ = bytes;
+    for (size_t i = 0; i < kGuard; ++i) base_[kGuard + bytes_ + i] = pattern(kGuard + i);
+  }
   unsigned char* data() { return base_ + kGuard; }
   int64_t damage() const {
     int64_t bad = 0;
@@ -55,7 +81,9 @@ class GuardedBuffer {
  private:
   static unsigned char pattern(size_t i) { return static_cast<unsigned char>(0xA5 ^ (i * 0x3B)); }
   unsigned char* base_ = nullptr;
-  size_t bytes_;
+  size_t capacity_;
+  size_t bytes_ = 0;
+  bool xdev_;
 };
 
 struct PlaceOut {
@@ -96,6 +124,7 @@ class RankRunner {
   void init();
   void call(xcclResult_t r, const std::string& what) const;
   void waitAll();
+  void xcheck(int xdevError, const char* what) const;
   void barrier();
   void issueOrThrow(const OpArgs& a, const void* send, void* recv);
   PlaceOut runPlace(const OpArgs& a, const Layout& l, bool inPlace, bool timed, int caseNo);
@@ -109,6 +138,10 @@ class RankRunner {
   bool printer_;
   OobClient oob_;
   xcclComm_t comm_ = nullptr;
+  xdevStream_t stream_ = nullptr;  // --device xdev: every operation is ordered on this stream
+  bool xdev_ = false;
+  std::unique_ptr<GuardedBuffer> bufs_[2];  // kept for the run (see GuardedBuffer)
+  GuardedBuffer& buffer(int i, size_t bytes);
   std::vector<std::string> rankLines_;
 };
 
@@ -119,20 +152,30 @@ void RankRunner::call(xcclResult_t r, const std::string& what) const {
                            (detail && *detail ? std::string(": ") + detail : std::string()));
 }
 
+// Everything issued so far is complete: the communicator's operations and (xdev) the work
+// the stream holds behind them.
 void RankRunner::waitAll() {
   xcclEvent_t ev;
   call(xcclEventRecord(&ev, comm_), "xcclEventRecord");
   call(xcclEventWait(&ev, -1), "xcclEventWait");
+  if (xdev_) xcheck(xdevStreamSynchronize(stream_), "xdevStreamSynchronize");
+}
+
+void RankRunner::xcheck(int e, const char* what) const {
+  if (e == xdevSuccess) return;
+  throw std::runtime_error(std::string(what) + " failed: " +
+                           xdevGetErrorString(static_cast<xdevError_t>(e)) + ": " +
+                           xdevGetLastErrorMessage());
 }
 
 void RankRunner::barrier() {
-  call(xcclBarrier(comm_, nullptr), "xcclBarrier");
+  call(xcclBarrier(comm_, stream_), "xcclBarrier");
   waitAll();
 }
 
 void RankRunner::issueOrThrow(const OpArgs& a, const void* send, void* recv) {
   const char* what = "?";
-  xcclResult_t r = issue(a, send, recv, comm_, s_.rank, s_.nranks, &what);
+  xcclResult_t r = issue(a, send, recv, comm_, s_.rank, s_.nranks, &what, stream_);
   call(r, what);
 }
 
@@ -150,26 +193,50 @@ void RankRunner::init() {
   cfg.timeout_ms = static_cast<int64_t>(opt_.timeoutSec) * 1000;
   cfg.device = s_.device;
   cfg.name = "xccl-tests";
+  xdev_ = opt_.device == "xdev";
+  if (xdev_) {
+    int count = 0;
+    xcheck(xdevGetDeviceCount(&count), "xdevGetDeviceCount");
+    cfg.device = s_.device % count;  // more ranks than devices share them
+    cfg.deviceType = xcclDeviceXdev;
+    xcheck(xdevSetDevice(cfg.device), "xdevSetDevice");
+    xcheck(xdevStreamCreate(&stream_), "xdevStreamCreate");
+  }
   call(xcclCommInitRankConfig(&comm_, s_.nranks, id, s_.rank, &cfg), "xcclCommInitRankConfig");
   char line[512];
   std::snprintf(line, sizeof line, "Rank %3d Group %3d Pid %7d on %12s device %3d [%s]", s_.rank,
-                s_.group, static_cast<int>(getpid()), hostName().c_str(), s_.device,
-                getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE") : "host");
+                s_.group, static_cast<int>(getpid()), hostName().c_str(), cfg.device,
+                xdev_ ? "xdev" : getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE") : "host");
   rankLines_ = oob_.allgather(line);
+}
+
+// Buffer i, re-guarded for a case of `bytes` bytes. Grows when a case needs more. On xdev
+// it is sized up front for the largest layout any case can have (nranks x -e bytes), so it
+// never grows mid-run (see GuardedBuffer for why a free there could deadlock).
+GuardedBuffer& RankRunner::buffer(int i, size_t bytes) {
+  if (!bufs_[i] || bufs_[i]->capacity() < bytes) {
+    size_t most = opt_.maxBytes * (xdev_ ? static_cast<size_t>(s_.nranks) : 1) + 4096;
+    size_t cap = std::max(bytes, most);
+    bufs_[i].reset();
+    bufs_[i] = std::make_unique<GuardedBuffer>(cap, xdev_);
+  }
+  bufs_[i]->prepare(bytes);
+  return *bufs_[i];
 }
 
 PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bool timed,
                               int caseNo) {
   const size_t es = typeInfo(a.type).size;
-  std::unique_ptr<GuardedBuffer> sendBuf, recvBuf;
+  GuardedBuffer* sendBuf = nullptr;
+  GuardedBuffer* recvBuf = nullptr;
   unsigned char *send, *recv;
   if (inPlace) {
-    sendBuf = std::make_unique<GuardedBuffer>(l.inElems * es);
+    sendBuf = &buffer(0, l.inElems * es);
     send = sendBuf->data() + l.inSendOff * es;
     recv = sendBuf->data() + l.inRecvOff * es;
   } else {
-    sendBuf = std::make_unique<GuardedBuffer>(l.sendElems * es);
-    recvBuf = std::make_unique<GuardedBuffer>(l.recvElems * es);
+    sendBuf = &buffer(0, l.sendElems * es);
+    recvBuf = &buffer(1, l.recvElems * es);
     send = sendBuf->data();
     recv = recvBuf->data();
   }
@@ -391,6 +458,9 @@ int RankRunner::run() {
     code = std::atoi(verdict[0].c_str());
     call(xcclCommDestroy(comm_), "xcclCommDestroy");
     comm_ = nullptr;
+    bufs_[0].reset();
+    bufs_[1].reset();
+    if (stream_ != nullptr) xdevStreamDestroy(stream_);
     oob_.close(true);
     return code;
   } catch (const std::exception& e) {
@@ -399,6 +469,7 @@ int RankRunner::run() {
     oob_.close(false);  // tells every other rank to stop
     if (comm_) xcclCommAbort(comm_);
     comm_ = nullptr;
+    if (stream_ != nullptr) xdevStreamDestroy(stream_);
     return kExitFailure;
   }
 }

@@ -53,7 +53,12 @@ Comm& commOf(xcclComm_t comm, const char* what) {
 
 // ---- groups: per-thread list of (comm, args) until the outermost xcclGroupEnd ----
 thread_local int tlsGroupDepth = 0;
-thread_local std::vector<std::pair<Comm*, CollArgs>> tlsGroupOps;
+struct GroupedOp {
+  Comm* comm;
+  CollArgs args;
+  xcclStream_t stream;
+};
+thread_local std::vector<GroupedOp> tlsGroupOps;
 
 bool isP2P(CollType t) {
   return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
@@ -75,7 +80,7 @@ void checkSelfP2P(const Comm& comm, const std::vector<CollArgs>& p2p) {
   }
 }
 
-void submit(Comm& comm, CollArgs args) {
+void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
   validateCollArgs(args, comm.rank(), comm.nranks());
   if (isP2P(args.type) && args.type != CollType::kRecvAny) {
     XCCL_CHECK_ARG(args.root != comm.rank() || tlsGroupDepth > 0, collName(args.type), ": rank ",
@@ -84,10 +89,11 @@ void submit(Comm& comm, CollArgs args) {
                    "for itself); put the send and the receive in one xcclGroupStart/End");
   }
   if (tlsGroupDepth > 0) {
-    tlsGroupOps.emplace_back(&comm, std::move(args));
+    tlsGroupOps.push_back({&comm, std::move(args), stream});
     return;
   }
   OpEntry op;
+  op.stream = stream;
   (isP2P(args.type) ? op.p2p : op.colls).push_back(std::move(args));
   comm.enqueue(std::move(op));
 }
@@ -367,7 +373,7 @@ xcclResult_t xcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
     checkBuf(recvbuff, count, "recvbuff", "xcclAllReduce");
     CollArgs a = makeArgs(CollType::kAllReduce, sendbuff, recvbuff, count, datatype);
     a.op = op;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -383,7 +389,7 @@ xcclResult_t xcclAllReducePremulSum(const void* sendbuff, void* recvbuff, size_t
     CollArgs a = makeArgs(CollType::kAllReduce, sendbuff, recvbuff, count, datatype);
     a.op = xcclPremulSum;
     std::memcpy(a.scalar, scalar, dtypeSize(datatype));
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -398,7 +404,7 @@ xcclResult_t xcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
     checkBuf(recvbuff, count, "recvbuff", "xcclBroadcast");
     CollArgs a = makeArgs(CollType::kBroadcast, sendbuff, recvbuff, count, datatype);
     a.root = root;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -414,7 +420,7 @@ xcclResult_t xcclReduce(const void* sendbuff, void* recvbuff, size_t count, xccl
     CollArgs a = makeArgs(CollType::kReduce, sendbuff, recvbuff, count, datatype);
     a.op = op;
     a.root = root;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -425,7 +431,7 @@ xcclResult_t xcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     checkType(datatype, "xcclAllGather");
     checkBuf(sendbuff, sendcount, "sendbuff", "xcclAllGather");
     checkBuf(recvbuff, sendcount, "recvbuff", "xcclAllGather");
-    submit(c, makeArgs(CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype));
+    submit(c, makeArgs(CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype), stream);
   });
 }
 
@@ -441,7 +447,7 @@ xcclResult_t xcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     checkBuf(recvbuff, recvcount, "recvbuff", "xcclReduceScatter");
     CollArgs a = makeArgs(CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype);
     a.op = op;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -453,7 +459,7 @@ xcclResult_t xcclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
     checkBuf(sendbuff, count, "sendbuff", "xcclAllToAll");
     checkBuf(recvbuff, count, "recvbuff", "xcclAllToAll");
     XCCL_CHECK_ARG(sendbuff != recvbuff || count == 0, "xcclAllToAll: in-place is not supported");
-    submit(c, makeArgs(CollType::kAllToAll, sendbuff, recvbuff, count, datatype));
+    submit(c, makeArgs(CollType::kAllToAll, sendbuff, recvbuff, count, datatype), stream);
   });
 }
 
@@ -480,7 +486,7 @@ xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts, const
     checkBuf(recvbuff, recvTotal, "recvbuff", "xcclAllToAllv");
     XCCL_CHECK_ARG(sendbuff != recvbuff || (sendTotal == 0 && recvTotal == 0),
                    "xcclAllToAllv: in-place is not supported");
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -494,7 +500,7 @@ xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count, xccl
     if (c.rank() == root) checkBuf(recvbuff, count, "recvbuff", "xcclGather");
     CollArgs a = makeArgs(CollType::kGather, sendbuff, recvbuff, count, datatype);
     a.root = root;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -508,7 +514,7 @@ xcclResult_t xcclScatter(const void* sendbuff, void* recvbuff, size_t count,
     checkBuf(recvbuff, count, "recvbuff", "xcclScatter");
     CollArgs a = makeArgs(CollType::kScatter, sendbuff, recvbuff, count, datatype);
     a.root = root;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -521,7 +527,7 @@ xcclResult_t xcclSend(const void* sendbuff, size_t count, xcclDataType_t datatyp
     checkBuf(sendbuff, count, "sendbuff", "xcclSend");
     CollArgs a = makeArgs(CollType::kSend, sendbuff, nullptr, count, datatype);
     a.root = peer;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -534,7 +540,7 @@ xcclResult_t xcclRecv(void* recvbuff, size_t count, xcclDataType_t datatype, int
     checkBuf(recvbuff, count, "recvbuff", "xcclRecv");
     CollArgs a = makeArgs(CollType::kRecv, nullptr, recvbuff, count, datatype);
     a.root = peer;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
@@ -547,14 +553,14 @@ xcclResult_t xcclRecvAny(void* recvbuff, size_t count, xcclDataType_t datatype, 
     checkBuf(recvbuff, count, "recvbuff", "xcclRecvAny");
     CollArgs a = makeArgs(CollType::kRecvAny, nullptr, recvbuff, count, datatype);
     a.anyPeerOut = peer;
-    submit(c, std::move(a));
+    submit(c, std::move(a), stream);
   });
 }
 
 xcclResult_t xcclBarrier(xcclComm_t comm, xcclStream_t stream) {
   return guarded("xcclBarrier", [&] {
     Comm& c = commOf(comm, "xcclBarrier");
-    submit(c, makeArgs(CollType::kBarrier, nullptr, nullptr, 0, xcclUint8));
+    submit(c, makeArgs(CollType::kBarrier, nullptr, nullptr, 0, xcclUint8), stream);
   });
 }
 
@@ -568,14 +574,21 @@ xcclResult_t xcclGroupEnd(void) {
     XCCL_CHECK(tlsGroupDepth > 0, "xcclGroupEnd without xcclGroupStart");
     if (--tlsGroupDepth > 0) return;
     // One queue entry per communicator, in order of first appearance.
+    // A group's operations on one communicator are one entry, ordered on one stream.
     std::vector<std::pair<Comm*, OpEntry>> perComm;
-    for (auto& [comm, args] : tlsGroupOps) {
-      auto it = std::find_if(perComm.begin(), perComm.end(),
-                             [&](const auto& e) { return e.first == comm; });
-      if (it == perComm.end()) it = perComm.insert(perComm.end(), {comm, OpEntry{}});
-      (isP2P(args.type) ? it->second.p2p : it->second.colls).push_back(std::move(args));
-    }
+    std::vector<GroupedOp> ops = std::move(tlsGroupOps);
     tlsGroupOps.clear();
+    for (auto& g : ops) {
+      auto it = std::find_if(perComm.begin(), perComm.end(),
+                             [&](const auto& e) { return e.first == g.comm; });
+      if (it == perComm.end()) {
+        it = perComm.insert(perComm.end(), {g.comm, OpEntry{}});
+        it->second.stream = g.stream;
+      }
+      XCCL_CHECK_ARG(it->second.stream == g.stream, "xcclGroupEnd: rank ", g.comm->rank(),
+                     ": the operations of a group on one communicator must use one stream");
+      (isP2P(g.args.type) ? it->second.p2p : it->second.colls).push_back(std::move(g.args));
+    }
     for (auto& [comm, op] : perComm) checkSelfP2P(*comm, op.p2p);
     for (auto& [comm, op] : perComm) comm->enqueue(std::move(op));
   });

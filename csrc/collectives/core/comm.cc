@@ -20,6 +20,41 @@ XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20)
 // BENCHMARKS.md); raise it only when cores outnumber ranks.
 XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
 
+namespace {
+const char* deviceKind(xcclDeviceType_t type) {
+  switch (type) {
+    case xcclDeviceDefault:
+      return "";
+    case xcclDeviceHost:
+      return "host";
+    case xcclDeviceXdev:
+      return "xdev";
+  }
+  throw Error(xcclInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
+}
+}  // namespace
+
+void Completion::publish(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    completed_ = id;
+  }
+  cv_.notify_all();
+}
+
+void Completion::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Completion::waitFor(uint64_t id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return completed_ >= id || closed_; });
+}
+
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
            const xcclConfig_t& config)
     : rank_(rank),
@@ -28,7 +63,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       waitSpin_(xcclParamWaitSpin()),
       streamingFrom_(xcclParamStreamingStoreBytes()),
       name_(config.name ? config.name : ""),
-      device_(&getDevice(config.device)) {
+      device_(&getDevice(deviceKind(config.deviceType), config.device)) {
   setLogRank(rank);
   auto t0 = Clock::now();
   peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_), abort_);
@@ -62,6 +97,7 @@ Comm::~Comm() {
     abort();
   }
   if (worker_.joinable()) worker_.join();
+  completion_->close();
   closeConnections();
 }
 
@@ -84,13 +120,20 @@ std::string Comm::describe() const {
 uint64_t Comm::enqueue(OpEntry op) {
   xcclResult_t err = asyncError_.load();
   if (err != xcclSuccess) throw Error(err, lastError());
-  op.streamToken = device_->streamCapture(nullptr);
-  std::lock_guard<std::mutex> lock(mu_);
-  op.id = enqueued_.load() + 1;
-  queue_.push_back(std::move(op));
-  enqueued_.store(queue_.back().id);
-  if (workerSleeping_) workCv_.notify_one();
-  return enqueued_.load();
+  const xcclStream_t stream = op.stream;
+  op.streamToken = device_->streamCapture(stream);
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    op.id = id = enqueued_.load() + 1;
+    queue_.push_back(std::move(op));
+    enqueued_.store(id);
+    if (workerSleeping_) workCv_.notify_one();
+  }
+  // Work the caller queues on the stream after this operation waits for it to complete.
+  std::shared_ptr<Completion> completion = completion_;
+  device_->streamDefer(stream, [completion, id] { completion->waitFor(id); });
+  return id;
 }
 
 xcclResult_t Comm::query(uint64_t id) const {
@@ -185,6 +228,7 @@ void Comm::progressLoop() {
       completed_.store(op.id, std::memory_order_release);
       doneCv_.notify_all();
     }
+    completion_->publish(op.id);
   }
 }
 

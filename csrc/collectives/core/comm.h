@@ -36,7 +36,24 @@ struct OpEntry {
   uint64_t id = 0;
   std::vector<CollArgs> colls;
   std::vector<CollArgs> p2p;
+  xcclStream_t stream = nullptr;  // the caller's stream (device communicators)
   void* streamToken = nullptr;
+};
+
+// Completed operation ids, shared with the stream-side waits a device queues after each
+// operation (Device::streamDefer): those may run after the communicator is gone, so they
+// hold this, not the communicator. close() releases every waiter.
+class Completion {
+ public:
+  void publish(uint64_t id);
+  void close();
+  void waitFor(uint64_t id);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t completed_ = 0;
+  bool closed_ = false;
 };
 
 class Comm {
@@ -90,6 +107,7 @@ class Comm {
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
   std::atomic<uint64_t> failedFrom_{UINT64_MAX};  // first op id that failed
   std::atomic<xcclResult_t> asyncError_{xcclSuccess};
+  std::shared_ptr<Completion> completion_ = std::make_shared<Completion>();
   std::string errorMsg_;  // guarded by mu_
   std::thread worker_;
 };

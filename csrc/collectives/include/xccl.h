@@ -101,11 +101,20 @@ typedef struct {
   int (*get)(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms);
 } xcclStore_t;
 
+/* The kind of device a communicator's buffers and streams belong to. */
+typedef enum {
+  xcclDeviceDefault = 0, /* XCCL_DEVICE (default "host") */
+  xcclDeviceHost = 1,    /* host memory, no streams: stream arguments must be NULL */
+  xcclDeviceXdev = 2     /* the simulated accelerator: operations are ordered on xdev streams
+                            (xdevStream_t; NULL = the communicator's device's default stream) */
+} xcclDeviceType_t;
+
 /* Optional settings for communicator creation; zero-initialise, then set. */
 typedef struct {
   int64_t timeout_ms; /* per-operation deadline; 0 = XCCL_TIMEOUT_MS (default 30 min) */
   int device;         /* device ordinal the buffers live on; -1 = current/default */
   const char* name;   /* tag used in logs (e.g. the process-group name); may be NULL */
+  xcclDeviceType_t deviceType; /* xcclDeviceDefault when zero-initialised */
 } xcclConfig_t;
 
 /* ---- version, errors ---- */

@@ -36,6 +36,12 @@ void check(xdevError_t rc) {
 
 std::string HostDevice::busId() const { return strCat("host:", ordinal_); }
 
+void* HostDevice::streamCapture(xcclStream_t stream) {
+  XCCL_CHECK_ARG(stream == nullptr, "a stream was given on a communicator of the host device, "
+                 "which has none (create the communicator with deviceType xcclDeviceXdev)");
+  return nullptr;
+}
+
 void* HostDevice::alloc(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);

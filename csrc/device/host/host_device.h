@@ -26,7 +26,8 @@ class HostDevice : public Device {
              const void* scalar) override;
   void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) override;
 
-  void* streamCapture(xcclStream_t) override { return nullptr; }
+  // The host device has no streams: a stream argument is a caller's mistake.
+  void* streamCapture(xcclStream_t stream) override;
   void streamWait(void*) override {}
   void streamRelease(void*) override {}
 

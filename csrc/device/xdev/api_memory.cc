@@ -43,13 +43,17 @@ xdevError_t allocate(const char* fn, void** ptr, size_t bytes, xdevMemoryType ty
   });
 }
 
-// xdevFree and xdevFreeHost: NULL is a no-op; waits for queued work first (it may use ptr).
+// xdevFree and xdevFreeHost: NULL is a no-op; waits for the work queued on the owning
+// device's streams first (it may use ptr), as cudaFree synchronises its device. Only that
+// device's: several ranks of one process drive one device each, and a rank freeing its
+// buffer must not wait for another rank's stream, which may hold a collective that needs
+// this very rank to proceed.
 xdevError_t release(const char* fn, void* ptr, xdevMemoryType type, xdevError_t notOurs) {
   return api(fn, [&] {
     if (ptr == nullptr) return xdevSuccess;
     Runtime& rt = Runtime::get();
     rt.memory().checkFreeable(ptr, type, notOurs);
-    xdev::waitAll(rt.streams(-1), true);
+    xdev::waitAll(rt.streams(rt.memory().attributes(ptr).device), true);
     rt.memory().free(ptr, type, notOurs);
     return xdevSuccess;
   });

@@ -1,0 +1,101 @@
+#include "xdev_device.h"
+
+#include <memory>
+
+#include "common/error.h"
+#include "xdev_runtime.h"
+
+namespace xccl {
+
+namespace {
+
+// Throws InvalidUsage naming the runtime call and its message.
+void check(xdevError_t e, const char* what) {
+  if (e == xdevSuccess) return;
+  throw InvalidUsage(strCat(what, ": ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(),
+                            ")"));
+}
+
+// Runs the body with `ordinal` as the calling thread's current xdev device (a NULL stream
+// and new events then belong to it), restoring the caller's device afterwards.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal) {
+    check(xdevGetDevice(&saved_), "xdevGetDevice");
+    if (saved_ != ordinal) check(xdevSetDevice(ordinal), "xdevSetDevice");
+    changed_ = saved_ != ordinal;
+  }
+  ~DeviceScope() {
+    if (changed_) xdevSetDevice(saved_);
+  }
+
+ private:
+  int saved_ = 0;
+  bool changed_ = false;
+};
+
+void checkStreamDevice(xcclStream_t stream, int ordinal) {
+  if (stream == nullptr) return;  // the communicator's device's default stream
+  int dev = -1;
+  check(xdevStreamGetDevice(static_cast<xdevStream_t>(stream), &dev), "xdevStreamGetDevice");
+  if (dev != ordinal) {
+    throw Error(xcclInvalidArgument, strCat("the stream belongs to xdev:", dev,
+                                            " but the communicator's device is xdev:", ordinal));
+  }
+}
+
+void runDeferred(void* p) {
+  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(p));
+  (*fn)();
+}
+
+}  // namespace
+
+XdevDevice::XdevDevice(int ordinal) : HostDevice(ordinal) {
+  int count = 0;
+  check(xdevGetDeviceCount(&count), "xdevGetDeviceCount");
+  XCCL_CHECK(ordinal >= 0 && ordinal < count, "xdev:", ordinal, " does not exist (", count,
+             " xdev devices; XCCL_XDEV_COUNT sets how many)");
+}
+
+int XdevDevice::currentOrdinal() {
+  int dev = 0;
+  check(xdevGetDevice(&dev), "xdevGetDevice");
+  return dev;
+}
+
+std::string XdevDevice::busId() const { return strCat("xdev:", ordinal()); }
+
+void* XdevDevice::streamCapture(xcclStream_t stream) {
+  checkStreamDevice(stream, ordinal());
+  DeviceScope scope(ordinal());
+  xdevEvent_t ev = nullptr;
+  check(xdevEventCreateWithFlags(&ev, xdevEventDisableTiming), "xdevEventCreateWithFlags");
+  xdevError_t e = xdevEventRecord(ev, static_cast<xdevStream_t>(stream));
+  if (e != xdevSuccess) {
+    xdevEventDestroy(ev);
+    check(e, "xdevEventRecord");
+  }
+  return ev;
+}
+
+void XdevDevice::streamWait(void* token) {
+  if (token != nullptr) check(xdevEventSynchronize(static_cast<xdevEvent_t>(token)),
+                              "xdevEventSynchronize");
+}
+
+void XdevDevice::streamRelease(void* token) {
+  if (token != nullptr) xdevEventDestroy(static_cast<xdevEvent_t>(token));
+}
+
+void XdevDevice::streamDefer(xcclStream_t stream, std::function<void()> done) {
+  DeviceScope scope(ordinal());
+  auto* fn = new std::function<void()>(std::move(done));
+  xdevError_t e = xdevLaunchHostFunc(static_cast<xdevStream_t>(stream), runDeferred, fn);
+  if (e != xdevSuccess) {
+    delete fn;
+    check(e, "xdevLaunchHostFunc");
+  }
+}
+
+}  // namespace xccl

@@ -1,0 +1,26 @@
+// xdev as a Device of the collectives: the simulated accelerator's memory is host memory,
+// so copies and reductions are HostDevice's; what xdev adds is streams. A collective on an
+// xdev communicator is ordered on the caller's xdev stream as NCCL orders one on a CUDA
+// stream: it starts after the work queued on the stream before it (an event the progress
+// thread waits for), and work queued after it waits for its completion (a host function
+// on the stream that blocks until the collective is done).
+#pragma once
+
+#include "device/host/host_device.h"
+
+namespace xccl {
+
+class XdevDevice : public HostDevice {
+ public:
+  explicit XdevDevice(int ordinal);  // throws InvalidUsage for an ordinal xdev lacks
+  static int currentOrdinal();       // the calling thread's current xdev device
+  const char* name() const override { return "xdev"; }
+  std::string busId() const override;
+
+  void* streamCapture(xcclStream_t stream) override;
+  void streamWait(void* token) override;
+  void streamRelease(void* token) override;
+  void streamDefer(xcclStream_t stream, std::function<void()> done) override;
+};
+
+}  // namespace xccl

@@ -1,0 +1,145 @@
+// Collectives on xdev communicators are ordered on the caller's xdev stream, as NCCL's are on
+// CUDA streams: a collective starts after the work queued on its stream before it, work
+// queued after it waits for it, and the enqueuing thread never blocks on the stream.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+#include "xccl.h"
+#include "xdev_runtime.h"
+
+namespace {
+
+using xccl_test::check;
+
+void xcheck(xdevError_t e, const char* what) {
+  ASSERT_EQ(e, xdevSuccess) << what << ": " << xdevGetLastErrorMessage();
+}
+
+// Runs fn(rank, comm) on n thread-ranks, rank r on xdev:r.
+void runXdevWorld(int n, const std::function<void(int, xcclComm_t)>& fn) {
+  xccl_test::MemoryStore store;
+  xccl_test::runThreads(
+      n,
+      [&](int rank) {
+        xcheck(xdevSetDevice(rank), "xdevSetDevice");
+        xcclConfig_t cfg{};
+        cfg.device = rank;
+        cfg.deviceType = xcclDeviceXdev;
+        cfg.timeout_ms = 30000;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankStore(&comm, n, rank, store.c(), "xdev/", &cfg), nullptr);
+        fn(rank, comm);
+        check(xcclCommDestroy(comm), nullptr);
+      },
+      60);
+}
+
+struct Slow {
+  std::atomic<bool>* release;
+  float* buf;
+  size_t count;
+  float value;
+  bool released = false;
+};
+
+// A "kernel" that waits until the host says go (at most 5 s), then writes its value.
+void slowFill(void* p) {
+  auto* s = static_cast<Slow*>(p);
+  for (int i = 0; i < 5000 && !s->release->load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  s->released = s->release->load();
+  for (size_t i = 0; i < s->count; ++i) s->buf[i] = s->value;
+}
+
+TEST(XdevStreams, CollectiveWaitsForEarlierWorkAndLaterWorkWaitsForIt) {
+  for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) {
+    SCOPED_TRACE(count);
+    runXdevWorld(3, [&](int rank, xcclComm_t comm) {
+      xdevStream_t stream = nullptr;
+      xcheck(xdevStreamCreate(&stream), "xdevStreamCreate");
+      float* buf = nullptr;
+      xcheck(xdevMalloc(reinterpret_cast<void**>(&buf), count * sizeof(float)), "xdevMalloc");
+      std::atomic<bool> release{false};
+      Slow slow{&release, buf, count, float(rank + 1)};
+      // 1. the input is produced on the stream, late, and only after the host says go
+      xcheck(xdevLaunchHostFunc(stream, slowFill, &slow), "xdevLaunchHostFunc");
+      // 2. the collective is enqueued behind it: this call must return without waiting
+      check(xcclAllReduce(buf, buf, count, xcclFloat32, xcclSum, comm, stream), comm);
+      release.store(true);
+      // 3. a copy queued after the collective sees its result
+      std::vector<float> host(count, -1.0f);
+      xcheck(xdevMemcpyAsync(host.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost,
+                             stream),
+             "xdevMemcpyAsync");
+      xcheck(xdevStreamSynchronize(stream), "xdevStreamSynchronize");
+      EXPECT_TRUE(slow.released) << "xcclAllReduce blocked the host until the stream was idle";
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(host[i], 6.0f) << "rank " << rank << " i " << i;
+      xcheck(xdevFree(buf), "xdevFree");
+      xcheck(xdevStreamDestroy(stream), "xdevStreamDestroy");
+    });
+  }
+}
+
+TEST(XdevStreams, DefaultStreamAndGroupsAreOrderedToo) {
+  runXdevWorld(2, [&](int rank, xcclComm_t comm) {
+    const size_t count = 4096;
+    float *a = nullptr, *b = nullptr;
+    xcheck(xdevMalloc(reinterpret_cast<void**>(&a), count * sizeof(float)), "xdevMalloc");
+    xcheck(xdevMalloc(reinterpret_cast<void**>(&b), 2 * count * sizeof(float)), "xdevMalloc");
+    std::vector<float> ones(count, float(rank + 1));
+    // NULL is the communicator's device's default stream.
+    xcheck(xdevMemcpyAsync(a, ones.data(), count * sizeof(float), xdevMemcpyHostToDevice, nullptr),
+           "xdevMemcpyAsync");
+    check(xcclGroupStart(), comm);
+    check(xcclAllReduce(a, a, count, xcclFloat32, xcclMax, comm, nullptr), comm);
+    check(xcclAllGather(a, b, count, xcclFloat32, comm, nullptr), comm);
+    check(xcclGroupEnd(), comm);
+    std::vector<float> out(2 * count);
+    xcheck(xdevMemcpyAsync(out.data(), b, out.size() * sizeof(float), xdevMemcpyDeviceToHost,
+                           nullptr),
+           "xdevMemcpyAsync");
+    xcheck(xdevStreamSynchronize(nullptr), "xdevStreamSynchronize");
+    for (float v : out) ASSERT_EQ(v, 2.0f);
+    xdevFree(a);
+    xdevFree(b);
+  });
+}
+
+TEST(XdevStreams, AStreamOfAnotherDeviceIsRefused) {
+  runXdevWorld(2, [&](int rank, xcclComm_t comm) {
+    xdevStream_t other = nullptr;
+    xcheck(xdevSetDevice(1 - rank), "xdevSetDevice");
+    xcheck(xdevStreamCreate(&other), "xdevStreamCreate");
+    xcheck(xdevSetDevice(rank), "xdevSetDevice");
+    float x = 1;
+    EXPECT_EQ(xcclAllReduce(&x, &x, 1, xcclFloat32, xcclSum, comm, other), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("belongs to xdev:"), std::string::npos)
+        << xcclGetLastError(nullptr);
+    xdevStreamDestroy(other);
+    // The refused call left the communicator healthy.
+    xcclResult_t async = xcclSuccess;
+    check(xcclCommGetAsyncError(comm, &async), comm);
+    EXPECT_EQ(async, xcclSuccess);
+  });
+}
+
+TEST(XdevStreams, HostCommunicatorsRefuseStreams) {
+  xccl_test::MemoryStore store;
+  xcclComm_t comm = nullptr;
+  check(xcclCommInitRankStore(&comm, 1, 0, store.c(), "host/", nullptr), nullptr);
+  xdevStream_t s = nullptr;
+  xcheck(xdevStreamCreate(&s), "xdevStreamCreate");
+  float x = 1;
+  EXPECT_EQ(xcclAllReduce(&x, &x, 1, xcclFloat32, xcclSum, comm, s), xcclInvalidArgument);
+  xdevStreamDestroy(s);
+  check(xcclCommDestroy(comm), nullptr);
+}
+
+}  // namespace
