@@ -538,11 +538,13 @@ void Exchange::failPeerGone(int peer, const std::string& why) {
   if (!reason.empty()) throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", reason));
   std::string what;
   if (!sends_[peer].empty()) {
-    what = strCat("sending ", sends_[peer].front()->bytes - sends_[peer].front()->done, " of ",
-                  sends_[peer].front()->bytes, " bytes to it");
+    const PendingMsg& m = *sends_[peer].front();
+    what = m.bytes == 0 ? std::string("sending it a header-only message")
+                        : strCat("sending ", m.bytes - m.done, " of ", m.bytes, " bytes to it");
   } else if (!recvs_[peer].empty()) {
-    what = strCat("receiving ", recvs_[peer].front()->bytes - recvs_[peer].front()->done, " of ",
-                  recvs_[peer].front()->bytes, " bytes from it");
+    const PendingMsg& m = *recvs_[peer].front();
+    what = m.bytes == 0 ? std::string("waiting for a header-only message from it")
+                        : strCat("receiving ", m.bytes - m.done, " of ", m.bytes, " bytes from it");
   } else {
     what = "receiving from any rank";
   }
