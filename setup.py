@@ -74,9 +74,10 @@ ext = CppExtension(
     # the backend: one concern per file (Utils, Work, ProcessGroupXCCL, Collectives,
     # DesyncDebug, Bindings)
     sources=sorted(glob.glob(os.path.join("csrc", "process_group_xccl", "*.cpp"))),
-    include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include")],
+    include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include"),
+                  os.path.join(ROOT, "csrc", "device", "xdev", "include")],
     library_dirs=[CORE_BUILD],
-    libraries=["xccl"],
+    libraries=["xccl", "xdev"],
     extra_compile_args=["-O2"],
     extra_link_args=["-Wl,-rpath,$ORIGIN/lib"],
 )

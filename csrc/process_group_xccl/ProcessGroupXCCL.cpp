@@ -97,6 +97,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     *peerSlot = work->peerSlot();
     work->setPeerIsOutput(true);
   }
+  // xdev tensors: the inputs (and the staging copies just queued) are ready first.
+  synchronizeXdev(work->keepAlive_);
+  synchronizeXdev(work->outputs_);
   {
     std::lock_guard<std::mutex> g(state_->enqueueMu);
     xcclResult_t r = xcclSuccess;

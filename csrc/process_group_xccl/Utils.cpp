@@ -130,8 +130,8 @@ void checkTensor(const char* op, const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.defined(), "xccl ", op, ": ", what, " is undefined");
   TORCH_CHECK(t.layout() == at::kStrided, "xccl ", op, ": ", what,
               " must be a dense (strided) tensor, got layout ", t.layout());
-  TORCH_CHECK(t.device().is_cpu(), "xccl ", op, ": tensors must be on the cpu device, got ",
-              t.device());
+  TORCH_CHECK(t.device().is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1, "xccl ",
+              op, ": tensors must be on the cpu or xdev device, got ", t.device());
   toXcclType(op, t.scalar_type());
 }
 
@@ -206,6 +206,27 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what());
     return 1;
+  }
+}
+
+bool onXdev(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+void synchronizeXdev(const std::vector<at::Tensor>& tensors) {
+  std::vector<int> done;
+  for (const auto& t : tensors) {
+    if (!onXdev(t)) continue;
+    int dev = t.device().index();
+    if (std::find(done.begin(), done.end(), dev) != done.end()) continue;
+    done.push_back(dev);
+    int saved = 0;
+    xdevGetDevice(&saved);
+    xdevError_t e = xdevSetDevice(dev);
+    if (e == xdevSuccess) e = xdevDeviceSynchronize();
+    xdevSetDevice(saved);
+    TORCH_CHECK(e == xdevSuccess, "xccl: synchronizing xdev:", dev, " failed: ",
+                xdevGetErrorString(e), " (", xdevGetLastErrorMessage(), ")");
   }
 }
 

@@ -405,6 +405,7 @@ bool Exchange::progressRecv(int peer) {
     if (h.magic == kMagic && h.check == headerCheck(h) && (h.flags & kFlagAbort)) {
       std::string why = abortReason(peer);
       if (why.empty()) return false;  // its text is still arriving
+      preferMismatch();
       throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", why));
     }
     checkHeader(peer, m, h);
@@ -533,16 +534,33 @@ void Exchange::checkPeers() {
   }
 }
 
+// Before blaming another rank's failure: when the ring predecessor's check frame is already
+// here and names a different call, that disagreement is the root cause; report it instead.
+void Exchange::preferMismatch() {
+  if (nranks_ < 2) return;
+  const int prev = ringPrev();
+  if (conns_[prev] == nullptr || recvs_[prev].empty()) return;
+  const PendingMsg& m = *recvs_[prev].front();
+  if (m.p2p || m.phase != Phase::kHeader) return;
+  FrameHeader h;
+  if (!peekHeader(conns_[prev], &h)) return;
+  if (h.magic != kMagic || h.check != headerCheck(h) || (h.flags & kFlagAbort)) return;
+  checkHeader(prev, m, h);  // throws the mismatch, if there is one
+}
+
 void Exchange::failPeerGone(int peer, const std::string& why) {
+  preferMismatch();
   std::string reason = abortReason(peer);
   if (!reason.empty()) throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", reason));
   std::string what;
   if (!sends_[peer].empty()) {
-    what = strCat("sending ", sends_[peer].front()->bytes - sends_[peer].front()->done, " of ",
-                  sends_[peer].front()->bytes, " bytes to it");
+    const PendingMsg& m = *sends_[peer].front();
+    what = m.bytes == 0 ? std::string("sending it a header-only message")
+                        : strCat("sending ", m.bytes - m.done, " of ", m.bytes, " bytes to it");
   } else if (!recvs_[peer].empty()) {
-    what = strCat("receiving ", recvs_[peer].front()->bytes - recvs_[peer].front()->done, " of ",
-                  recvs_[peer].front()->bytes, " bytes from it");
+    const PendingMsg& m = *recvs_[peer].front();
+    what = m.bytes == 0 ? std::string("waiting for a header-only message from it")
+                        : strCat("receiving ", m.bytes - m.done, " of ", m.bytes, " bytes from it");
   } else {
     what = "receiving from any rank";
   }
@@ -552,6 +570,7 @@ void Exchange::failPeerGone(int peer, const std::string& why) {
 }
 
 void Exchange::failTimeout() {
+  preferMismatch();
   std::string what;
   for (int p = 0; p < nranks_; ++p) {
     if (!sends_[p].empty()) {

@@ -151,6 +151,7 @@ class Exchange {
   void checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) const;
   std::string abortReason(int peer);  // the peer's abort frame at the head of its stream, if any
   void sendAbortFrames(const std::string& why);
+  void preferMismatch();  // throws the ring predecessor's mismatch if its frame shows one
 
   int rank_, nranks_;
   Device& device_;

@@ -135,8 +135,11 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via TCP ", setup.peers[p].tcpAddr);
     }
   }
-  // 6. Nothing more to read from the store.
+  // 6. Done with the store. 7. Wait until every local peer is done too: it opens our rings
+  // through /proc/<our pid>/fd, so we must not return (and perhaps destroy the communicator,
+  // closing them) before it has.
   store.set(strCat(kDoneKeyPrefix, rank), std::to_string(nranks));
+  for (auto& [p, ring] : rings) storeGet(store, strCat(kDoneKeyPrefix, p), rank, deadline, abortFlag);
   return setup;
 }
 
