@@ -46,6 +46,17 @@ def test_disagreeing_ranks_all_raise_naming_both_calls(case, numel):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", ["dtype", "count", "broadcast_root"])
+def test_disagreeing_ranks_on_xdev_tensors_all_raise(case):
+    results = run_world(workers_reliability.disagree, 2, timeout=90, pg_timeout_s=60,
+                        case=case, numel=1 << 16, device="xdev")
+    for rank, r in enumerate(results):
+        assert r["raised"], f"rank {rank} returned a result: {r}"
+        assert "collective mismatch" in r["msg"], r["msg"]
+        assert "rank 0 called" in r["msg"] and "rank 1 called" in r["msg"], r["msg"]
+
+
+@pytest.mark.timeout(120)
 def test_desync_debug_names_the_rank_that_is_behind(monkeypatch):
     monkeypatch.setenv("TORCH_XCCL_DESYNC_DEBUG", "1")
     results = run_world(workers_reliability.skip_one, 3, timeout=100, pg_timeout_s=60)

@@ -36,7 +36,7 @@ def test_xccl_name_routes_to_torch_xccl():
         # torch's public answer about *its own* XCCL is unchanged
         assert dist.is_xccl_available() is False
         assert dist.Backend("xccl") == "xccl" == dist.Backend("XCCL") == dist.Backend.XCCL
-        assert c10d.BackendConfig(dist.Backend("xccl")).get_device_backend_map() == {{"cpu": "xccl"}}
+        assert c10d.BackendConfig(dist.Backend("xccl")).get_device_backend_map() == {{"cpu": "xccl", "xdev": "xccl"}}
         assert c10d.Backend.default_device_backend_map["cpu"] == "gloo"  # untouched
         dist.init_process_group("xccl", init_method="tcp://127.0.0.1:{free_port()}",
                                 rank=0, world_size=1)
@@ -58,6 +58,10 @@ def test_xccl_name_routes_to_torch_xccl():
     """)
     assert "ROUTED 0.1.0" in out
 
+
+# These simulate torch's own XCCL before torch_xccl is imported, so the device-extension
+# autoload (which imports torch_xccl inside `import torch`) is off for them.
+NO_AUTOLOAD = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 SIMULATE_BUILTIN = """
     import warnings
@@ -81,7 +85,7 @@ def test_builtin_xccl_is_not_hijacked_silently():
     assert c10d.ProcessGroupXCCL is sentinel
     assert c10d.Backend.backend_capability["xccl"] == ["xpu"]
     print("LEFT_BUILTIN")
-    """)
+    """, NO_AUTOLOAD)
     assert "LEFT_BUILTIN" in out
 
 
@@ -97,5 +101,5 @@ def test_builtin_xccl_override_env():
     t = torch.ones(3); dist.all_reduce(t); assert t.tolist() == [1.0] * 3
     dist.destroy_process_group()
     print("OVERRIDDEN")
-    """, {"TORCH_XCCL_OVERRIDE_BUILTIN": "1"})
+    """, {"TORCH_XCCL_OVERRIDE_BUILTIN": "1", **NO_AUTOLOAD})
     assert "OVERRIDDEN" in out

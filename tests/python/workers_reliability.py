@@ -9,16 +9,16 @@ import torch
 import torch.distributed as dist
 
 
-def _call(case, rank, world, numel):
+def _call(case, rank, world, numel, device="cpu"):
     """Issue rank `rank`'s side of disagreement `case`; the last rank is the one that differs."""
     d = rank == world - 1
-    t = torch.ones(numel)
+    t = torch.ones(numel, device=device)
     if case == "dtype":
-        dist.all_reduce(torch.ones(numel, dtype=torch.int32) if d else t)
+        dist.all_reduce(torch.ones(numel, dtype=torch.int32, device=device) if d else t)
     elif case == "op":
         dist.all_reduce(t, op=dist.ReduceOp.MAX if d else dist.ReduceOp.SUM)
     elif case == "count":
-        dist.all_reduce(torch.ones(numel + 1) if d else t)
+        dist.all_reduce(torch.ones(numel + 1, device=device) if d else t)
     elif case == "broadcast_root":
         dist.broadcast(t, src=1 if d else 0)
     elif case == "reduce_root":
@@ -39,10 +39,13 @@ def _call(case, rank, world, numel):
         raise ValueError(case)
 
 
-def disagree(rank, world, case, numel):
+def disagree(rank, world, case, numel, device="cpu"):
+    if device == "xdev":
+        torch.xdev.set_device(rank)
+        device = f"xdev:{rank}"
     start = time.monotonic()
     try:
-        _call(case, rank, world, numel)
+        _call(case, rank, world, numel, device)
         out = {"raised": False}
     except Exception as e:  # noqa: BLE001
         out = {"raised": True, "type": type(e).__name__, "msg": str(e)}
