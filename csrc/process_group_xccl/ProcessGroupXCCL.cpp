@@ -98,8 +98,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     work->setPeerIsOutput(true);
   }
   // xdev tensors: the inputs (and the staging copies just queued) are ready first.
-  synchronizeXdev(work->keepAlive_);
-  synchronizeXdev(work->outputs_);
+  synchronizeXdev(work->keepAlive_, work->outputs_);
   {
     std::lock_guard<std::mutex> g(state_->enqueueMu);
     xcclResult_t r = xcclSuccess;
@@ -125,7 +124,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     if (state_->desync && type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
         type != c10d::OpType::RECVANYSOURCE) {
       work->collSeq_ = ++collSeq_;
-      state_->desync->recordIssued(collSeq_, describeCall(opName, work->keepAlive_.empty() ? work->outputs_ : work->keepAlive_));
+      const auto& staged = work->keepAlive_.empty() ? work->outputs_ : work->keepAlive_;
+      state_->desync->recordIssued(collSeq_, describeCall(opName, staged));
     }
     if (coalescing_) {
       coalesced_.push_back(work);

@@ -213,12 +213,13 @@ bool onXdev(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
-void synchronizeXdev(const std::vector<at::Tensor>& tensors) {
+void synchronizeXdev(const std::vector<at::Tensor>& tensors,
+                     const std::vector<at::Tensor>& more) {
   std::vector<int> done;
-  for (const auto& t : tensors) {
-    if (!onXdev(t)) continue;
+  auto sync = [&](const at::Tensor& t) {
+    if (!onXdev(t)) return;
     int dev = t.device().index();
-    if (std::find(done.begin(), done.end(), dev) != done.end()) continue;
+    if (std::find(done.begin(), done.end(), dev) != done.end()) return;
     done.push_back(dev);
     int saved = 0;
     xdevGetDevice(&saved);
@@ -227,7 +228,9 @@ void synchronizeXdev(const std::vector<at::Tensor>& tensors) {
     xdevSetDevice(saved);
     TORCH_CHECK(e == xdevSuccess, "xccl: synchronizing xdev:", dev, " failed: ",
                 xdevGetErrorString(e), " (", xdevGetLastErrorMessage(), ")");
-  }
+  };
+  for (const auto& t : tensors) sync(t);
+  for (const auto& t : more) sync(t);
 }
 
 }  // namespace torch_xccl

@@ -54,8 +54,10 @@ void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Te
 // devices is done. Stream-ordered collectives on xdev (ProcessGroupNCCL semantics) replace
 // this with an xdev communicator ordered on the current stream.
 bool onXdev(const at::Tensor& t);
-// Waits for every stream of every xdev device among `tensors` (nothing for CPU tensors).
-void synchronizeXdev(const std::vector<at::Tensor>& tensors);
+// Waits for every stream of every xdev device among the tensors, once per device (nothing
+// for CPU tensors).
+void synchronizeXdev(const std::vector<at::Tensor>& tensors,
+                     const std::vector<at::Tensor>& more = {});
 
 // ---- staging
 // A contiguous buffer for `t`: t itself, or a contiguous copy (copy back in the post step).

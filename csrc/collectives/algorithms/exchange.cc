@@ -87,25 +87,14 @@ OpSignature signatureOfHeader(const FrameHeader& h) {
   return sig;
 }
 
-bool isReductionType(CollType t) {
-  return t == CollType::kAllReduce || t == CollType::kReduce || t == CollType::kReduceScatter;
-}
-bool isRootedType(CollType t) {
-  return t == CollType::kBroadcast || t == CollType::kReduce || t == CollType::kGather ||
-         t == CollType::kScatter;
-}
-bool isP2PType(CollType t) {
-  return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
-}
-
 }  // namespace
 
 OpSignature signatureOf(const CollArgs& args) {
   OpSignature sig;
   sig.type = args.type;
   if (args.type != CollType::kBarrier) sig.dtype = static_cast<int>(args.dtype);
-  if (isReductionType(args.type)) sig.op = static_cast<int>(args.op);
-  if (isRootedType(args.type)) sig.root = args.root;
+  if (isReduction(args.type)) sig.op = static_cast<int>(args.op);
+  if (hasRoot(args.type)) sig.root = args.root;
   if (args.type != CollType::kAllToAllv && args.type != CollType::kBarrier) sig.count = args.count;
   return sig;
 }
@@ -117,11 +106,8 @@ std::string describeCall(const OpSignature& sig) {
   s += knownType ? xcclTypeName(static_cast<xcclDataType_t>(sig.dtype))
                  : strCat("dtype ", sig.dtype);
   if (sig.type != CollType::kAllToAllv) s += strCat(", ", sig.count);
-  if (sig.op >= 0) {
-    s += ", ";
-    s += sig.op < xcclNumOps ? xcclOpName(static_cast<xcclRedOp_t>(sig.op))
-                             : strCat("op ", sig.op).c_str();
-  }
+  if (sig.op >= 0 && sig.op < xcclNumOps) s += strCat(", ", xcclOpName(static_cast<xcclRedOp_t>(sig.op)));
+  if (sig.op >= xcclNumOps) s += strCat(", op ", sig.op);
   if (sig.root >= 0) s += strCat(", root ", sig.root);
   return s + ")";
 }
@@ -211,7 +197,6 @@ void Exchange::beginOp(const OpSignature& sig, uint64_t collSeq, const Deadline&
                        bool streamingStores) {
   XCCL_CHECK(pending_ == 0, "beginOp with ", pending_, " messages still posted");
   streamingStores_ = streamingStores;
-  type_ = sig.type;
   sig_ = sig;
   collSeq_ = collSeq;
   deadline_ = deadline;
@@ -233,7 +218,7 @@ void Exchange::send(int peer, const void* src, size_t bytes) {
   auto m = std::make_shared<PendingMsg>();
   m->kind = MsgKind::kSend;
   m->peer = peer;
-  m->p2p = type_ == CollType::kSend || type_ == CollType::kRecv || type_ == CollType::kRecvAny;
+  m->p2p = isPointToPoint(sig_.type);
   m->src = static_cast<const char*>(src);
   m->bytes = bytes;
   m->padLeft = padOf(bytes);
@@ -248,7 +233,7 @@ MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
   auto m = std::make_shared<PendingMsg>();
   m->kind = MsgKind::kRecv;
   m->peer = peer;
-  m->p2p = type_ == CollType::kSend || type_ == CollType::kRecv || type_ == CollType::kRecvAny;
+  m->p2p = isPointToPoint(sig_.type);
   m->dst = static_cast<char*>(dst);
   m->bytes = bytes;
   m->padLeft = padOf(bytes);
@@ -362,7 +347,7 @@ static bool peekHeader(Connection* c, FrameHeader* h) {
 void Exchange::checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) const {
   if (h.magic != kMagic || h.check != headerCheck(h)) {
     throw RemoteError(strCat("rank ", rank_, ": malformed frame from rank ", peer, " during ",
-                             collName(type_), " (bad magic or checksum)"));
+                             collName(sig_.type), " (bad magic or checksum)"));
   }
   const bool p2p = (h.flags & kFlagP2P) != 0;
   const OpSignature theirs = signatureOfHeader(h);
@@ -377,7 +362,7 @@ void Exchange::checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) 
         ". The ranks of a group must issue the same collectives in the same order with the same "
         "dtype, element count, reduction op and root"));
   }
-  if (p2p && !isP2PType(theirs.type)) {
+  if (p2p && !isPointToPoint(theirs.type)) {
     throw RemoteError(strCat("rank ", rank_, ": malformed point-to-point frame from rank ", peer));
   }
   if (p2p && theirs.dtype != m.sig.dtype) {
@@ -583,7 +568,7 @@ void Exchange::failTimeout() {
     }
   }
   if (recvAny_) what += " recv from any rank;";
-  throw Timeout(strCat("rank ", rank_, ": ", collName(type_), " #", collSeq_, " timed out after ",
+  throw Timeout(strCat("rank ", rank_, ": ", collName(sig_.type), " #", collSeq_, " timed out after ",
                        deadline_.budgetMs(), " ms; waiting for:", what));
 }
 
@@ -617,7 +602,7 @@ void Exchange::wait() {
       backoff.idle();
       if (abort_.load(std::memory_order_relaxed)) {
         throw InvalidUsage(
-            strCat("rank ", rank_, ": communicator aborted during ", collName(type_)));
+            strCat("rank ", rank_, ": communicator aborted during ", collName(sig_.type)));
       }
       // Reading the clock costs more than a poll of the rings: only every 64 idle polls
       // (and after every nap, which is long anyway).

@@ -57,6 +57,16 @@ enum class CollType : uint16_t {
   kBarrier,
 };
 const char* collName(CollType type);
+inline bool isPointToPoint(CollType t) {
+  return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
+}
+inline bool isReduction(CollType t) {
+  return t == CollType::kAllReduce || t == CollType::kReduce || t == CollType::kReduceScatter;
+}
+inline bool hasRoot(CollType t) {
+  return t == CollType::kBroadcast || t == CollType::kReduce || t == CollType::kGather ||
+         t == CollType::kScatter;
+}
 
 // Everything an algorithm may know about one call.
 struct CollArgs {
@@ -158,7 +168,6 @@ class Exchange {
   std::vector<Connection*> conns_;
   std::vector<int> ring_, ringPos_;
   const std::atomic<bool>& abort_;
-  CollType type_ = CollType::kAllReduce;
   OpSignature sig_;
   uint64_t collSeq_ = 0;
   Deadline deadline_;

@@ -44,17 +44,6 @@ namespace {
 
 using algo::at;
 
-bool isReduction(CollType t) {
-  return t == CollType::kAllReduce || t == CollType::kReduce || t == CollType::kReduceScatter;
-}
-bool isPointToPoint(CollType t) {
-  return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
-}
-bool hasRoot(CollType t) {
-  return t == CollType::kBroadcast || t == CollType::kReduce || t == CollType::kGather ||
-         t == CollType::kScatter;
-}
-
 // "Reduce_Scatter" -> "reducescatter": the key spelling of collName().
 std::string normalize(std::string s) {
   std::string out;

@@ -60,10 +60,6 @@ struct GroupedOp {
 };
 thread_local std::vector<GroupedOp> tlsGroupOps;
 
-bool isP2P(CollType t) {
-  return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
-}
-
 // Sends to and receives from oneself pair up in issue order within one group; their
 // counts must match so the progress thread can copy each send into its receive.
 void checkSelfP2P(const Comm& comm, const std::vector<CollArgs>& p2p) {
@@ -82,7 +78,7 @@ void checkSelfP2P(const Comm& comm, const std::vector<CollArgs>& p2p) {
 
 void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
   validateCollArgs(args, comm.rank(), comm.nranks());
-  if (isP2P(args.type) && args.type != CollType::kRecvAny) {
+  if (isPointToPoint(args.type) && args.type != CollType::kRecvAny) {
     XCCL_CHECK_ARG(args.root != comm.rank() || tlsGroupDepth > 0, collName(args.type), ": rank ",
                    args.root,
                    " sends to or receives from itself outside a group (it would wait "
@@ -94,7 +90,7 @@ void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
   }
   OpEntry op;
   op.stream = stream;
-  (isP2P(args.type) ? op.p2p : op.colls).push_back(std::move(args));
+  (isPointToPoint(args.type) ? op.p2p : op.colls).push_back(std::move(args));
   comm.enqueue(std::move(op));
 }
 
@@ -587,7 +583,7 @@ xcclResult_t xcclGroupEnd(void) {
       }
       XCCL_CHECK_ARG(it->second.stream == g.stream, "xcclGroupEnd: rank ", g.comm->rank(),
                      ": the operations of a group on one communicator must use one stream");
-      (isP2P(g.args.type) ? it->second.p2p : it->second.colls).push_back(std::move(g.args));
+      (isPointToPoint(g.args.type) ? it->second.p2p : it->second.colls).push_back(std::move(g.args));
     }
     for (auto& [comm, op] : perComm) checkSelfP2P(*comm, op.p2p);
     for (auto& [comm, op] : perComm) comm->enqueue(std::move(op));

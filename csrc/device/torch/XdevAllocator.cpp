@@ -119,19 +119,10 @@ class DeviceCache {
 
   void resetAccumulated() {
     std::lock_guard<std::mutex> lock(mu_);
-    auto reset = [](c10::CachingAllocator::StatArray& a) {
-      for (auto& s : a) {
-        s.allocated = 0;
-        s.freed = 0;
-      }
-    };
-    reset(stats_.allocation);
-    reset(stats_.segment);
-    reset(stats_.active);
-    reset(stats_.allocated_bytes);
-    reset(stats_.reserved_bytes);
-    reset(stats_.active_bytes);
-    reset(stats_.requested_bytes);
+    forEachStat([](c10::CachingAllocator::Stat& s) {
+      s.allocated = 0;
+      s.freed = 0;
+    });
     stats_.num_alloc_retries = 0;
     stats_.num_ooms = 0;
     stats_.num_device_alloc = 0;
@@ -140,21 +131,19 @@ class DeviceCache {
 
   void resetPeak() {
     std::lock_guard<std::mutex> lock(mu_);
-    auto reset = [](c10::CachingAllocator::StatArray& a) {
-      for (auto& s : a) {
-        s.peak = s.current;
-      }
-    };
-    reset(stats_.allocation);
-    reset(stats_.segment);
-    reset(stats_.active);
-    reset(stats_.allocated_bytes);
-    reset(stats_.reserved_bytes);
-    reset(stats_.active_bytes);
-    reset(stats_.requested_bytes);
+    forEachStat([](c10::CachingAllocator::Stat& s) { s.peak = s.current; });
   }
 
  private:
+  // fn(stat) for every stat of every StatArray (caller holds mu_).
+  template <typename Fn>
+  void forEachStat(Fn&& fn) {
+    for (auto* a : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
+                    &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes}) {
+      for (auto& s : *a) fn(s);
+    }
+  }
+
   using Key = std::pair<c10::StreamId, size_t>;
 
   Block* takeCached(size_t size, c10::StreamId stream) {

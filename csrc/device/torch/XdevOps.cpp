@@ -147,20 +147,22 @@ void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
 
 namespace {
 
-c10::Device checkedXdevDevice(std::optional<c10::Device> device_opt) {
+// The device of an empty/empty_strided call, after checking its layout and pinning.
+c10::Device checkedXdevDevice(std::optional<c10::Device> device_opt,
+                              std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
   c10::Device device = c10::device_or_default(device_opt);
   TORCH_CHECK(device.type() == kXdev, "xdev empty: expected an xdev device, got ", device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "xdev: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "xdev: only CPU tensors can be pinned");
   return c10::Device(kXdev, resolveDevice(device.has_index() ? device.index() : -1));
 }
 
 at::Tensor xdevEmpty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                      std::optional<c10::Layout> layout, std::optional<c10::Device> device_opt,
                      std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> format) {
-  const c10::Device device = checkedXdevDevice(device_opt);
-  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
-              "xdev: only strided tensors are supported");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
-              "xdev: only CPU tensors can be pinned");
+  const c10::Device device = checkedXdevDevice(device_opt, layout, pin_memory);
   c10::DeviceGuard guard(device);
   return at::detail::empty_generic(size, deviceAllocator(),
                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -172,11 +174,7 @@ at::Tensor xdevEmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
                             std::optional<c10::Layout> layout,
                             std::optional<c10::Device> device_opt,
                             std::optional<bool> pin_memory) {
-  const c10::Device device = checkedXdevDevice(device_opt);
-  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
-              "xdev: only strided tensors are supported");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
-              "xdev: only CPU tensors can be pinned");
+  const c10::Device device = checkedXdevDevice(device_opt, layout, pin_memory);
   c10::DeviceGuard guard(device);
   return at::detail::empty_strided_generic(size, stride, deviceAllocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
