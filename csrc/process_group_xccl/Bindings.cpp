@@ -15,6 +15,32 @@ torch_xccl::ProcessGroupXCCL& asXccl(const c10::intrusive_ptr<c10d::Backend>& b)
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "torch_xccl native module: the xccl c10d backend over libxccl";
+  using torch_xccl::ProcessGroupXCCL;
+  // The backend's Python type: a torch Backend plus what torch's split paths look up by name
+  // on a splittable backend (ProcessGroupNCCL has the same three).
+  auto backend = py::class_<ProcessGroupXCCL, c10d::Backend, c10::intrusive_ptr<ProcessGroupXCCL>>(
+      m, "ProcessGroupXCCL");
+  py::class_<ProcessGroupXCCL::Options, c10d::Backend::Options,
+             c10::intrusive_ptr<ProcessGroupXCCL::Options>>(backend, "Options")
+      .def(py::init<>())
+      .def("__copy__",
+           [](const ProcessGroupXCCL::Options& o) {
+             return c10::make_intrusive<ProcessGroupXCCL::Options>(o);
+           })
+      .def("__deepcopy__", [](const ProcessGroupXCCL::Options& o, py::dict) {
+        return c10::make_intrusive<ProcessGroupXCCL::Options>(o);
+      });
+  backend
+      .def_property_readonly(
+          "options",
+          [](ProcessGroupXCCL& self) {
+            return c10::static_intrusive_pointer_cast<ProcessGroupXCCL::Options>(
+                self.getBackendOptions());
+          })
+      .def("comm_split_count", &ProcessGroupXCCL::splitCount)
+      // Non-members of a new group do nothing: members rendezvous through the store.
+      .def("perform_nocolor_split", [](ProcessGroupXCCL&, const at::Device&) {})
+      .def("_device_comm_device", &ProcessGroupXCCL::deviceCommDevice);
   m.def(
       "_create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -19,27 +19,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::broadcast(std::vector<at::Tenso
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
   size_t n = buf.numel();
-  return launch(op, c10d::OpType::BROADCAST, opts.timeout, {t}, {buf}, cb.fn(), [&] {
-    return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, state_->comm, nullptr);
+  return launch(op, c10d::OpType::BROADCAST, opts.timeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
+    return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm, tg.stream);
   });
 }
 
 namespace {
 // One allreduce enqueue on a contiguous buffer; `factor` is the PREMUL_SUM scalar (or undefined).
 xcclResult_t enqueueAllreduce(const char* op, const at::Tensor& buf, xcclRedOp_t xop,
-                              const at::Tensor& factor, xcclComm_t comm) {
+                              const at::Tensor& factor, const Target& tg) {
   auto dt = toXcclType(op, buf.scalar_type());
   if (xop == xcclPremulSum) {
     return xcclAllReducePremulSum(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt,
-                                  factor.data_ptr(), comm, nullptr);
+                                  factor.data_ptr(), tg.comm, tg.stream);
   }
-  return xcclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, comm, nullptr);
+  return xcclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, tg.comm, tg.stream);
 }
 
 // reduce / reduce_scatter have no premul variant: scale a copy, then SUM.
 at::Tensor premulScaled(const char* op, const at::Tensor& input, const c10d::ReduceOp& rop) {
   at::Tensor f = premulFactor(op, rop, input.scalar_type());
-  return (input.contiguous() * f).contiguous();
+  return (input.contiguous() * f.to(input.device())).contiguous();
 }
 }  // namespace
 
@@ -59,7 +59,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
     keep.push_back(factor);
   }
   return launch(op, c10d::OpType::ALLREDUCE, opts.timeout, {t}, keep, cb.fn(),
-                [&] { return enqueueAllreduce(op, buf, xop, factor, state_->comm); });
+                [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
@@ -83,10 +83,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
     factor = premulFactor(op, opts.reduceOp, tensors[0].scalar_type());
     keep.push_back(factor);
   }
-  return launch(op, c10d::OpType::ALLREDUCE_COALESCED, opts.timeout, tensors, keep, cb.fn(), [&] {
+  return launch(op, c10d::OpType::ALLREDUCE_COALESCED, opts.timeout, tensors, keep, cb.fn(), [&](const Target& tg) {
     return grouped([&] {
       for (const auto& b : bufs) {
-        auto r = enqueueAllreduce(op, b, xop, factor, state_->comm);
+        auto r = enqueueAllreduce(op, b, xop, factor, tg);
         if (r != xcclSuccess) return r;
       }
       return xcclSuccess;
@@ -111,9 +111,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>&
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
-  return launch(op, c10d::OpType::REDUCE, opts.timeout, {t}, {buf, send}, cb.fn(), [&] {
-    return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, state_->comm,
-                      nullptr);
+  return launch(op, c10d::OpType::REDUCE, opts.timeout, {t}, {buf, send}, cb.fn(), [&](const Target& tg) {
+    return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, tg.comm,
+                      tg.stream);
   });
 }
 
@@ -130,8 +130,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, input.scalar_type());
-  return launch(op, c10d::OpType::_ALLGATHER_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&] {
-    return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, state_->comm, nullptr);
+  return launch(op, c10d::OpType::_ALLGATHER_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
+    return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm, tg.stream);
   });
 }
 
@@ -152,8 +152,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
       outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outs[i].sizes()));
     }
   };
-  return launch(op, c10d::OpType::ALLGATHER, opts.timeout, outs, {in, flat}, post, [&] {
-    return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, state_->comm, nullptr);
+  return launch(op, c10d::OpType::ALLGATHER, opts.timeout, outs, {in, flat}, post, [&](const Target& tg) {
+    return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm, tg.stream);
   });
 }
 
@@ -197,11 +197,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
       }
     }
   };
-  return launch(op, c10d::OpType::ALLGATHER_COALESCED, opts.timeout, outs, keep, post, [&] {
+  return launch(op, c10d::OpType::ALLGATHER_COALESCED, opts.timeout, outs, keep, post, [&](const Target& tg) {
     return grouped([&] {
       for (size_t j = 0; j < ins.size(); ++j) {
         auto r = xcclAllGather(ins[j].data_ptr(), flats[j].data_ptr(), ins[j].numel(),
-                               toXcclType(op, ins[j].scalar_type()), state_->comm, nullptr);
+                               toXcclType(op, ins[j].scalar_type()), tg.comm, tg.stream);
         if (r != xcclSuccess) return r;
       }
       return xcclSuccess;
@@ -230,11 +230,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
   }
   keep = ins;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(op, c10d::OpType::COALESCED, opts.timeout, outputs, keep, cb.fn(), [&] {
+  return launch(op, c10d::OpType::COALESCED, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
     return grouped([&] {
       for (size_t i = 0; i < ins.size(); ++i) {
         auto r = xcclAllGather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
-                               toXcclType(op, ins[i].scalar_type()), state_->comm, nullptr);
+                               toXcclType(op, ins[i].scalar_type()), tg.comm, tg.stream);
         if (r != xcclSuccess) return r;
       }
       return xcclSuccess;
@@ -273,9 +273,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> keep{in};
   if (flat.defined()) keep.push_back(flat);
-  return launch(op, c10d::OpType::GATHER, opts.timeout, outs, keep, post, [&] {
-    return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, state_->comm,
-                      nullptr);
+  return launch(op, c10d::OpType::GATHER, opts.timeout, outs, keep, post, [&](const Target& tg) {
+    return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, tg.comm, tg.stream);
   });
 }
 
@@ -305,9 +304,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> keep{out};
   if (flat.defined()) keep.push_back(flat);
-  return launch(op, c10d::OpType::SCATTER, opts.timeout, {out0}, keep, cb.fn(), [&] {
+  return launch(op, c10d::OpType::SCATTER, opts.timeout, {out0}, keep, cb.fn(), [&](const Target& tg) {
     return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt, root,
-                       state_->comm, nullptr);
+                       tg.comm, tg.stream);
   });
 }
 
@@ -338,9 +337,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   CopyBack cb;
   cb.add(out0, out);
   auto dt = toXcclType(op, out.scalar_type());
-  return launch(op, c10d::OpType::REDUCE_SCATTER, opts.timeout, {out0}, {send, out}, cb.fn(), [&] {
-    return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, state_->comm,
-                             nullptr);
+  return launch(op, c10d::OpType::REDUCE_SCATTER, opts.timeout, {out0}, {send, out}, cb.fn(), [&](const Target& tg) {
+    return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm, tg.stream);
   });
 }
 
@@ -360,9 +358,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
   cb.add(output, out);
   auto dt = toXcclType(op, out.scalar_type());
   return launch(op, c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout, {output}, {send, out},
-                cb.fn(), [&] {
+                cb.fn(), [&](const Target& tg) {
                   return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop,
-                                           state_->comm, nullptr);
+                                           tg.comm, tg.stream);
                 });
 }
 
@@ -390,12 +388,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced
   }
   keep = sends;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(op, c10d::OpType::COALESCED, opts.timeout, outputs, keep, cb.fn(), [&] {
+  return launch(op, c10d::OpType::COALESCED, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
     return grouped([&] {
       for (size_t i = 0; i < sends.size(); ++i) {
         auto r = xcclReduceScatter(sends[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
-                                   toXcclType(op, outs[i].scalar_type()), xops[i], state_->comm,
-                                   nullptr);
+                                   toXcclType(op, outs[i].scalar_type()), xops[i], tg.comm, tg.stream);
         if (r != xcclSuccess) return r;
       }
       return xcclSuccess;
@@ -458,13 +455,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(at::Tensor& outpu
                 ": input and output must have the same number of elements, got ", input.numel(),
                 " and ", output.numel());
   }
-  return launch(op, c10d::OpType::ALLTOALL_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&] {
+  return launch(op, c10d::OpType::ALLTOALL_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
     if (even) {
-      return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt, state_->comm,
-                          nullptr);
+      return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt, tg.comm, tg.stream);
     }
     return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
-                         dt, state_->comm, nullptr);
+                         dt, tg.comm, tg.stream);
   });
 }
 
@@ -502,9 +498,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
     }
   };
   auto dt = toXcclType(op, inputs[0].scalar_type());
-  return launch(op, c10d::OpType::ALLTOALL, opts.timeout, outputs, {flatIn, flatOut}, post, [&] {
+  return launch(op, c10d::OpType::ALLTOALL, opts.timeout, outputs, {flatIn, flatOut}, post, [&](const Target& tg) {
     return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(), flatOut.data_ptr(), rc.data(),
-                         rd.data(), dt, state_->comm, nullptr);
+                         rd.data(), dt, tg.comm, tg.stream);
   });
 }
 
@@ -517,8 +513,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& t
   at::Tensor buf = contig(t);
   auto dt = toXcclType(op, t.scalar_type());
   // Tags are not part of libxccl's matching: messages between two ranks match in order.
-  return launch(op, c10d::OpType::SEND, kNoTimeout, {t}, {buf}, nullptr, [&] {
-    return xcclSend(buf.data_ptr(), buf.numel(), dt, dstRank, state_->comm, nullptr);
+  return launch(op, c10d::OpType::SEND, kNoTimeout, {t}, {buf}, nullptr, [&](const Target& tg) {
+    return xcclSend(buf.data_ptr(), buf.numel(), dt, dstRank, tg.comm, tg.stream);
   });
 }
 
@@ -532,8 +528,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recv(std::vector<at::Tensor>& t
   CopyBack cb;
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
-  return launch(op, c10d::OpType::RECV, kNoTimeout, {t}, {buf}, cb.fn(), [&] {
-    return xcclRecv(buf.data_ptr(), buf.numel(), dt, srcRank, state_->comm, nullptr);
+  return launch(op, c10d::OpType::RECV, kNoTimeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
+    return xcclRecv(buf.data_ptr(), buf.numel(), dt, srcRank, tg.comm, tg.stream);
   });
 }
 
@@ -546,15 +542,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recvAnysource(std::vector<at::T
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
   int* peer = nullptr;
+  LaunchExtra extra;
+  extra.peerSlot = &peer;
   return launch(
       op, c10d::OpType::RECVANYSOURCE, kNoTimeout, {t}, {buf}, cb.fn(),
-      [&] { return xcclRecvAny(buf.data_ptr(), buf.numel(), dt, peer, state_->comm, nullptr); },
-      &peer);
+      [&](const Target& tg) {
+        return xcclRecvAny(buf.data_ptr(), buf.numel(), dt, peer, tg.comm, tg.stream);
+      },
+      extra);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::barrier(const c10d::BarrierOptions& opts) {
-  return launch("barrier", c10d::OpType::BARRIER, opts.timeout, {}, {}, nullptr,
-                [&] { return xcclBarrier(state_->comm, nullptr); });
+  // The device, as ProcessGroupNCCL picks it (torch's dispatcher passes device_ids, not the
+  // device): the first of device_ids, else the bound device, else the device the group
+  // already uses. There the barrier is ordered after the group's device operations and its
+  // wait() blocks the host until it is done; with none of them, the host communicator.
+  LaunchExtra extra;
+  auto bound = getBoundDeviceId();
+  if (opts.device && isXdev(*opts.device)) {
+    extra.device = opts.device;
+  } else if (!opts.device_ids.empty()) {
+    extra.device = c10::Device(c10::DeviceType::PrivateUse1,
+                               static_cast<c10::DeviceIndex>(opts.device_ids[0]));
+  } else if (bound && isXdev(*bound)) {
+    extra.device = bound;
+  } else {
+    std::lock_guard<std::mutex> g(devMu_);
+    if (devComm_) extra.device = devComm_->device;
+  }
+  return launch(
+      "barrier", c10d::OpType::BARRIER, opts.timeout, {}, {}, nullptr,
+      [&](const Target& tg) { return xcclBarrier(tg.comm, tg.stream); }, extra);
 }
 
 void ProcessGroupXCCL::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {

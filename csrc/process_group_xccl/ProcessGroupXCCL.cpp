@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include <c10/core/StreamGuard.h>
+
 #include "Utils.hpp"
 
 namespace torch_xccl {
@@ -34,6 +36,7 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   xcclConfig_t cfg{};
   cfg.timeout_ms = options_->timeout.count() > 0 ? options_->timeout.count() : 0;
   cfg.device = -1;
+  cfg.deviceType = xcclDeviceHost;  // cpu tensors, whatever XCCL_DEVICE says
   cfg.name = state_->name.c_str();
   xcclComm_t comm = nullptr;
   // torch hands each group its own prefix store, so one fixed prefix suffices.
@@ -44,6 +47,8 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   }
   state_->comm = comm;
   state_->desync = DesyncDebugger::fromEnv(store_, rank, size);
+  host_ = std::make_shared<DeviceComm>();
+  host_->state = state_;
   completion_ = std::thread([this] { completionLoop(); });
 }
 
@@ -58,19 +63,23 @@ void ProcessGroupXCCL::stopCompletionThread() {
 
 ProcessGroupXCCL::~ProcessGroupXCCL() {
   stopCompletionThread();
-  state_->close("process group destroyed", /*destroy=*/true);
+  for (auto& c : allComms()) c->close("process group destroyed", /*destroy=*/true);
 }
 
 void ProcessGroupXCCL::shutdown() {
   // Drain: the completion thread finishes what was enqueued (bounded by the op timeouts),
-  // then the communicator is destroyed.
+  // then the communicators are destroyed.
   stopCompletionThread();
-  state_->close("process group was shut down", /*destroy=*/true);
+  for (auto& c : allComms()) c->close("process group was shut down", /*destroy=*/true);
 }
 
 void ProcessGroupXCCL::abort() { abortComm("process group was aborted"); }
 
-void ProcessGroupXCCL::abortComm(const std::string& reason) { state_->close(reason, false); }
+// One failure fails the group: every communicator of it is aborted, so peers blocked on any
+// of them fail at once too.
+void ProcessGroupXCCL::abortComm(const std::string& reason) {
+  for (auto& c : allComms()) c->close(reason, false);
+}
 
 std::chrono::milliseconds ProcessGroupXCCL::opTimeout(std::chrono::milliseconds requested) const {
   if (requested.count() > 0) return requested;
@@ -89,23 +98,56 @@ std::string ProcessGroupXCCL::describe() const {
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     const char* opName, c10d::OpType type, std::chrono::milliseconds timeout,
     std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive, std::function<void()> post,
-    const std::function<xcclResult_t()>& enqueue, int** peerSlot) {
+    const Enqueue& enqueue, LaunchExtra extra) {
+  const c10::Device device = deviceOf(opName, outputs, keepAlive, extra);
+  const bool onDev = isXdev(device);
+  std::shared_ptr<DeviceComm> dc;
+  if (coalescing_ && coalescedComm_) {
+    TORCH_CHECK(coalescedComm_->device == device, "xccl ", opName,
+                ": every operation of a coalescing block must be on one device; the block "
+                "started on ", coalescedComm_->device, ", this one is on ", device);
+    dc = coalescedComm_;
+  } else {
+    dc = onDev ? commFor(opName, device) : host_;
+    if (coalescing_) coalescedComm_ = dc;
+  }
+  const std::string issued =
+      state_->desync ? describeCall(opName, keepAlive.empty() ? outputs : keepAlive) : "";
+  if (onDev) {
+    // Memory safety comes from recordStream (below), as with NCCL: the Work does not hold
+    // the inputs and staging buffers, so the allocator test in the suite can catch a miss.
+    for (const auto& t : outputs) recordStream(t, *dc->stream);
+    for (const auto& t : keepAlive) recordStream(t, *dc->stream);
+    keepAlive.clear();
+  }
   auto work = c10::make_intrusive<WorkXCCL>(
       getRank(), type, opName, seq_.load() + 1, std::move(outputs), std::move(keepAlive),
-      std::move(post), opTimeout(timeout), state_, blockingWait_, errorMode_);
-  if (peerSlot != nullptr) {
-    *peerSlot = work->peerSlot();
+      onDev ? nullptr : std::move(post), opTimeout(timeout), dc->state, blockingWait_,
+      errorMode_);
+  if (extra.peerSlot != nullptr) {
+    *extra.peerSlot = work->peerSlot();
     work->setPeerIsOutput(true);
   }
-  // xdev tensors: the inputs (and the staging copies just queued) are ready first.
-  synchronizeXdev(work->keepAlive_, work->outputs_);
+  // A barrier, and a receive whose source the caller asks for, block the host in wait().
+  if (onDev) {
+    work->setDevice(*dc->stream,
+                    type == c10d::OpType::BARRIER || type == c10d::OpType::RECVANYSOURCE);
+  }
   {
-    std::lock_guard<std::mutex> g(state_->enqueueMu);
+    std::lock_guard<std::mutex> g(dc->state->enqueueMu);
+    Target target;
+    if (onDev) {
+      // The communication stream starts after the work queued so far on the caller's stream.
+      dc->ready->record(currentStream(device));
+      dc->ready->block(*dc->stream);
+      target.stream = nativeStream(*dc->stream);
+    }
     xcclResult_t r = xcclSuccess;
     std::string detail;
     xcclEvent_t ev{};
-    bool open = state_->use([&](xcclComm_t c) {
-      r = enqueue();
+    bool open = dc->state->use([&](xcclComm_t c) {
+      target.comm = c;
+      r = enqueue(target);
       if (r != xcclSuccess) {
         detail = xcclGetLastError(nullptr);
         if (detail.empty()) detail = xcclGetLastError(c);
@@ -116,7 +158,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
         if (r != xcclSuccess) detail = xcclGetLastError(nullptr);
       }
     });
-    if (!open) throwDist(std::string("xccl ") + opName + ": " + state_->reason());
+    if (!open) throwDist(std::string("xccl ") + opName + ": " + dc->state->reason());
     if (r != xcclSuccess) {
       throwDist(std::string("xccl ") + opName + ": " + libError(r, detail.c_str()));
     }
@@ -124,17 +166,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     if (state_->desync && type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
         type != c10d::OpType::RECVANYSOURCE) {
       work->collSeq_ = ++collSeq_;
-      const auto& staged = work->keepAlive_.empty() ? work->outputs_ : work->keepAlive_;
-      state_->desync->recordIssued(collSeq_, describeCall(opName, staged));
+      state_->desync->recordIssued(collSeq_, issued);
     }
     if (coalescing_) {
       coalesced_.push_back(work);
+      if (onDev && post) coalescedPosts_.push_back(std::move(post));
       return work;
     }
     work->setEvent(ev);
+    if (onDev) finishOnStream({work}, *dc->stream, post);
   }
   enqueueForCompletion({work});
   return work;
+}
+
+// Device operations, once enqueued: the post step (copy-backs) is queued on the communication
+// stream, then the end event every Work of the launch completes with, then their futures.
+void ProcessGroupXCCL::finishOnStream(const std::vector<c10::intrusive_ptr<WorkXCCL>>& works,
+                                      const c10::Stream& stream,
+                                      const std::function<void()>& post) {
+  c10::StreamGuard onComm(stream);
+  if (post) post();
+  auto end = std::make_shared<DeviceEvent>();
+  end->record(stream);
+  for (const auto& w : works) w->setEnd(end);
 }
 
 void ProcessGroupXCCL::enqueueForCompletion(
@@ -167,16 +222,17 @@ c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
       q.pop_front();
       return w;
     }
-    xcclResult_t r = xcclInProgress;
     lk.unlock();
-    bool open = w->hasEvent() && state_->use([&](xcclComm_t) { r = xcclEventQuery(&w->event()); });
-    if (open && r == xcclSuccess) {
+    xcclResult_t r = xcclInProgress;
+    std::string detail;
+    auto st = w->hasEvent() ? w->poll(0, r, detail) : WorkXCCL::Status::kRunning;
+    if (st == WorkXCCL::Status::kDone) {
       w->complete(nullptr);  // unlocked: future callbacks may launch collectives
       lk.lock();
       continue;
     }
     lk.lock();
-    if (!open || r != xcclInProgress) {  // failed: the blocking path reports and handles it
+    if (st != WorkXCCL::Status::kRunning) {  // failed: the blocking path reports and handles it
       if (!q.empty() && q.front() == w) q.pop_front();
       return w;
     }
@@ -193,22 +249,17 @@ void ProcessGroupXCCL::completionLoop() {
     while (!w->done()) {
       xcclResult_t r = xcclInProgress;
       std::string detail;
-      bool open = state_->use([&](xcclComm_t c) {
-        r = xcclEventWait(&w->event(), kPollMs);
-        if (r != xcclSuccess && r != xcclTimeout && r != xcclInProgress) {
-          detail = xcclGetLastError(c);
-        }
-      });
+      auto st = w->poll(kPollMs, r, detail);
       if (w->done()) break;
-      if (!open) {
-        w->complete(distError("xccl " + std::string(w->opName()) + ": " + state_->reason()));
+      if (st == WorkXCCL::Status::kClosed) {
+        w->complete(distError("xccl " + std::string(w->opName()) + ": " + w->comm_->reason()));
         break;
       }
-      if (r == xcclSuccess) {
+      if (st == WorkXCCL::Status::kDone) {
         w->complete(nullptr);
         break;
       }
-      if (r == xcclTimeout || r == xcclInProgress) {
+      if (st == WorkXCCL::Status::kRunning) {
         if (std::chrono::steady_clock::now() < w->deadline()) continue;
         // The library enforces its own per-op deadline; this is the backstop.
         r = xcclTimeout;
@@ -256,6 +307,8 @@ void ProcessGroupXCCL::startCoalescing() {
   if (r != xcclSuccess)
     throwDist("xccl startCoalescing: " + libError(r, xcclGetLastError(nullptr)));
   coalescing_ = true;
+  coalescedComm_.reset();
+  coalescedPosts_.clear();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
@@ -263,19 +316,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
   coalescing_ = false;
   auto works = std::move(coalesced_);
   coalesced_.clear();
+  auto posts = std::move(coalescedPosts_);
+  coalescedPosts_.clear();
+  std::shared_ptr<DeviceComm> dc = coalescedComm_ ? coalescedComm_ : host_;
+  coalescedComm_.reset();
   std::vector<at::Tensor> outputs;
   for (auto& w : works) {
     for (auto& t : w->outputs_) outputs.push_back(t);
   }
   auto end = c10::make_intrusive<WorkXCCL>(
       getRank(), c10d::OpType::COALESCED, "coalesced", seq_.load(), outputs,
-      std::vector<at::Tensor>{}, nullptr, opTimeout(kNoTimeout), state_, blockingWait_, errorMode_);
+      std::vector<at::Tensor>{}, nullptr, opTimeout(kNoTimeout), dc->state, blockingWait_,
+      errorMode_);
+  if (dc->stream) end->setDevice(*dc->stream, false);
+  works.push_back(end);
   {
-    std::lock_guard<std::mutex> g(state_->enqueueMu);
+    std::lock_guard<std::mutex> g(dc->state->enqueueMu);
     xcclResult_t r = xcclGroupEnd();
     std::string detail = r != xcclSuccess ? xcclGetLastError(nullptr) : "";
     xcclEvent_t ev{};
-    bool open = state_->use([&](xcclComm_t c) {
+    bool open = dc->state->use([&](xcclComm_t c) {
       if (r == xcclSuccess) {
         r = xcclEventRecord(&ev, c);
         if (r != xcclSuccess) detail = xcclGetLastError(nullptr);
@@ -286,17 +346,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
       for (auto& w : works) w->complete(e);
       std::rethrow_exception(e);
     };
-    if (!open) fail(state_->reason());
+    if (!open) fail(dc->state->reason());
     if (r != xcclSuccess) fail(libError(r, detail.c_str()));
     for (auto& w : works) w->setEvent(ev);
-    end->setEvent(ev);
+    if (dc->stream) {
+      finishOnStream(works, *dc->stream, [&posts] {
+        for (auto& p : posts) p();
+      });
+    }
   }
-  works.push_back(end);
   enqueueForCompletion(works);
   return end;
 }
 
-c10::intrusive_ptr<c10d::Backend> createProcessGroupXCCL(
+c10::intrusive_ptr<ProcessGroupXCCL> createProcessGroupXCCL(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& groupName,
     const std::vector<uint64_t>& globalRanks) {

@@ -23,8 +23,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -36,6 +38,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "DesyncDebug.hpp"
+#include "DeviceStreams.hpp"
 #include "xccl.h"
 
 namespace torch_xccl {
@@ -108,6 +111,26 @@ struct CommState {
   void close(const std::string& why, bool destroy);
 };
 
+// Where one enqueue goes: the communicator and libxccl's stream argument (NULL on the host
+// communicator).
+struct Target {
+  xcclComm_t comm = nullptr;
+  xcclStream_t stream = nullptr;
+};
+using Enqueue = std::function<xcclResult_t(const Target&)>;
+
+// One communicator of the group. The host one (cpu tensors) is made with the group; the xdev
+// one (the process's device) at the group's first operation there, or eagerly at
+// init_process_group(device_id=...), as ProcessGroupNCCL makes its CUDA communicator. The
+// device communicator has its own communication stream; every operation on it first waits
+// (event) for the caller's current stream.
+struct DeviceComm {
+  std::shared_ptr<CommState> state;
+  c10::Device device{c10::kCPU};
+  std::optional<c10::Stream> stream;   // the communication stream (xdev only)
+  std::unique_ptr<DeviceEvent> ready;  // reused per launch: the caller's stream position
+};
+
 class WorkXCCL : public c10d::Work {
  public:
   WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq,
@@ -135,6 +158,16 @@ class WorkXCCL : public c10d::Work {
   std::chrono::steady_clock::time_point deadline() const { return deadline_; }
   // Runs the post step (once) and completes the Work and its future.
   void complete(std::exception_ptr error);
+  // Device operations: ordered on `stream`, done when `end` passes (set at launch). The
+  // future is device-aware (as ProcessGroupNCCL's): marked complete at launch with an event
+  // on the communication stream, so its callbacks and waits order streams, not the host.
+  // hostBlocking: wait() blocks the host too (barrier, as NCCL's).
+  void setDevice(const c10::Stream& stream, bool hostBlocking);
+  void setEnd(std::shared_ptr<DeviceEvent> end);
+  bool onDevice() const { return stream_.has_value(); }
+  // Progress of the operation, optionally blocking up to waitMs.
+  enum class Status { kRunning, kDone, kFailed, kClosed };
+  Status poll(int64_t waitMs, xcclResult_t& r, std::string& detail);
   bool done() const { return done_.load(); }
   int* peerSlot() { return &peer_; }
   void setPeerIsOutput(bool v) { peerIsOutput_ = v; }
@@ -144,6 +177,8 @@ class WorkXCCL : public c10d::Work {
 
  private:
   std::exception_ptr makeError(xcclResult_t r, const std::string& what) const;
+  // Completes from a poll result (kRunning: nothing). Returns whether the work is done.
+  bool settle(Status st, xcclResult_t r, const std::string& detail);
 
   const char* opName_;
   uint64_t seq_;
@@ -165,6 +200,10 @@ class WorkXCCL : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> futureWanted_{false};
   std::weak_ptr<CompletionQueue> completionQueue_;  // weak: the queue holds the Work
+  std::optional<c10::Stream> stream_;  // device operations: the communication stream
+  std::shared_ptr<DeviceEvent> end_;   // passes when the operation and its post step are done
+  bool hostBlocking_ = false;
+  bool futureMarked_ = false;  // device futures are completed at launch
 
   friend class ProcessGroupXCCL;
 };
@@ -184,6 +223,16 @@ class ProcessGroupXCCL : public c10d::Backend {
   // (no `override` on hooks that older torch releases may lack; they still override when present)
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() { return options_; }
   bool supportsCoalescing() const override { return true; }
+  bool supportsSplitting() const override { return true; }
+  void eagerConnectSingleDevice(at::Device device) override;
+  // A new backend over `ranks` (ranks of this group, sorted); null where this rank is not
+  // among them. torch calls it once per device type of the group: the second call returns
+  // the backend the first one made.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts)
+      override;
+  uint64_t splitCount() const { return splitCount_; }
   void setTimeout(std::chrono::milliseconds timeout) { options_->timeout = timeout; }
 
   void startCoalescing() override;
@@ -244,16 +293,41 @@ class ProcessGroupXCCL : public c10d::Backend {
   // Introspection for Python (torch_xccl._C).
   std::string describe() const;
   xcclComm_t comm() const { return state_->comm; }
+  // The device this group's xdev communicator is bound to ("" when none yet).
+  std::string deviceCommDevice();
 
  private:
-  struct Staged;  // the arguments of one enqueue, prepared by the collective
+  // What launch() needs beyond the tensors: the device of an operation without tensors
+  // (barrier), where recvAnysource writes its peer.
+  struct LaunchExtra {
+    std::optional<c10::Device> device;
+    int** peerSlot = nullptr;
+  };
+  // Checks nothing about the arguments (the collectives did); picks the communicator from
+  // the tensors' device, enqueues, and returns the Work. On xdev: ordered on the
+  // communicator's stream after the caller's current stream; `post` is queued on that stream.
   c10::intrusive_ptr<c10d::Work> launch(const char* opName, c10d::OpType type,
                                         std::chrono::milliseconds timeout,
                                         std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keepAlive,
-                                        std::function<void()> post,
-                                        const std::function<xcclResult_t()>& enqueue,
-                                        int** peerSlot = nullptr);
+                                        std::function<void()> post, const Enqueue& enqueue,
+                                        LaunchExtra extra);
+  c10::intrusive_ptr<c10d::Work> launch(const char* opName, c10d::OpType type,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<at::Tensor> outputs,
+                                        std::vector<at::Tensor> keepAlive,
+                                        std::function<void()> post, const Enqueue& enqueue) {
+    return launch(opName, type, timeout, std::move(outputs), std::move(keepAlive),
+                  std::move(post), enqueue, LaunchExtra{});
+  }
+  void finishOnStream(const std::vector<c10::intrusive_ptr<WorkXCCL>>& works,
+                      const c10::Stream& stream, const std::function<void()>& post);
+  c10::Device deviceOf(const char* opName, const std::vector<at::Tensor>& outputs,
+                       const std::vector<at::Tensor>& inputs, const LaunchExtra& extra);
+  // The xdev communicator of the group (made at the first call on the device).
+  std::shared_ptr<DeviceComm> commFor(const char* opName, const c10::Device& device);
+  std::shared_ptr<DeviceComm> makeDeviceComm(const c10::Device& device);
+  std::vector<std::shared_ptr<CommState>> allComms();
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   void completionLoop();
   c10::intrusive_ptr<WorkXCCL> nextWorkToComplete();
@@ -263,7 +337,13 @@ class ProcessGroupXCCL : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Options> options_;
-  std::shared_ptr<CommState> state_;
+  std::shared_ptr<CommState> state_;  // the host communicator
+  std::shared_ptr<DeviceComm> host_;  // state_ as a DeviceComm
+  std::mutex devMu_;
+  std::shared_ptr<DeviceComm> devComm_;  // the xdev communicator (null until first needed)
+  std::mutex splitMu_;
+  uint64_t splitCount_ = 0;
+  std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> splits_;  // by group name
   std::atomic<uint64_t> seq_{0};
   uint64_t collSeq_ = 0;  // collectives only (the desync report's numbering); under enqueueMu
   uint64_t barrierCount_ = 0;  // for monitoredBarrier store keys
@@ -273,6 +353,8 @@ class ProcessGroupXCCL : public c10d::Backend {
   // coalescing (startCoalescing .. endCoalescing): works wait for the group's single event
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<WorkXCCL>> coalesced_;
+  std::shared_ptr<DeviceComm> coalescedComm_;     // the block's communicator (first op's)
+  std::vector<std::function<void()>> coalescedPosts_;  // device: queued after the group ends
 
   // completion thread
   void enqueueForCompletion(const std::vector<c10::intrusive_ptr<WorkXCCL>>& works);
@@ -282,7 +364,7 @@ class ProcessGroupXCCL : public c10d::Backend {
 };
 
 // Factory used by torch_xccl._C (and the Python routing module).
-c10::intrusive_ptr<c10d::Backend> createProcessGroupXCCL(
+c10::intrusive_ptr<ProcessGroupXCCL> createProcessGroupXCCL(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& groupName,
     const std::vector<uint64_t>& globalRanks);

@@ -209,28 +209,4 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
   }
 }
 
-bool onXdev(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-
-void synchronizeXdev(const std::vector<at::Tensor>& tensors,
-                     const std::vector<at::Tensor>& more) {
-  std::vector<int> done;
-  auto sync = [&](const at::Tensor& t) {
-    if (!onXdev(t)) return;
-    int dev = t.device().index();
-    if (std::find(done.begin(), done.end(), dev) != done.end()) return;
-    done.push_back(dev);
-    int saved = 0;
-    xdevGetDevice(&saved);
-    xdevError_t e = xdevSetDevice(dev);
-    if (e == xdevSuccess) e = xdevDeviceSynchronize();
-    xdevSetDevice(saved);
-    TORCH_CHECK(e == xdevSuccess, "xccl: synchronizing xdev:", dev, " failed: ",
-                xdevGetErrorString(e), " (", xdevGetLastErrorMessage(), ")");
-  };
-  for (const auto& t : tensors) sync(t);
-  for (const auto& t : more) sync(t);
-}
-
 }  // namespace torch_xccl

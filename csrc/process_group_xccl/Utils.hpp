@@ -16,7 +16,7 @@
 
 #include "ProcessGroupXCCL.hpp"
 #include "xccl.h"
-#include "xdev_runtime.h"
+#include "DeviceStreams.hpp"
 
 namespace torch_xccl {
 
@@ -49,16 +49,6 @@ void checkRank(const char* op, int64_t r, int size, const char* what);
 void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref, int size,
                const char* what);
 
-// ---- xdev tensors (interim host path, see docs/PLUGIN.md): the simulated device's memory
-// is host memory, so the host communicator moves it once the work queued on the tensors'
-// devices is done. Stream-ordered collectives on xdev (ProcessGroupNCCL semantics) replace
-// this with an xdev communicator ordered on the current stream.
-bool onXdev(const at::Tensor& t);
-// Waits for every stream of every xdev device among the tensors, once per device (nothing
-// for CPU tensors).
-void synchronizeXdev(const std::vector<at::Tensor>& tensors,
-                     const std::vector<at::Tensor>& more = {});
-
 // ---- staging
 // A contiguous buffer for `t`: t itself, or a contiguous copy (copy back in the post step).
 inline at::Tensor contig(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
@@ -72,13 +62,9 @@ struct CopyBack {
   std::function<void()> fn() {
     if (pairs.empty()) return nullptr;
     auto p = std::move(pairs);
+    // On xdev the copies are queued on the communication stream (launch runs this there).
     return [p]() {
-      std::vector<at::Tensor> xdev;
-      for (const auto& d : p) {
-        d.first.copy_(d.second.view(d.first.sizes()));
-        if (onXdev(d.first)) xdev.push_back(d.first);
-      }
-      synchronizeXdev(xdev);  // the copy is on a stream: done before the Work completes
+      for (const auto& d : p) d.first.copy_(d.second.view(d.first.sizes()));
     };
   }
 };

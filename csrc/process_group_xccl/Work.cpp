@@ -53,6 +53,58 @@ void WorkXCCL::setEvent(const xcclEvent_t& ev) {
   hasEvent_.store(true);
 }
 
+void WorkXCCL::setDevice(const c10::Stream& stream, bool hostBlocking) {
+  stream_ = stream;
+  hostBlocking_ = hostBlocking;
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                     std::vector<c10::Device>{stream.device()});
+}
+
+// Called with the communication stream current (finishOnStream): the future records its
+// event there, after the operation.
+void WorkXCCL::setEnd(std::shared_ptr<DeviceEvent> end) {
+  end_ = std::move(end);
+  futureMarked_ = true;
+  future_->markCompleted(c10::IValue(outputs_));
+}
+
+WorkXCCL::Status WorkXCCL::poll(int64_t waitMs, xcclResult_t& r, std::string& detail) {
+  r = xcclInProgress;
+  bool open = comm_->use([&](xcclComm_t c) {
+    r = waitMs > 0 ? xcclEventWait(&event_, waitMs) : xcclEventQuery(&event_);
+    if (r != xcclSuccess && r != xcclTimeout && r != xcclInProgress) detail = xcclGetLastError(c);
+  });
+  if (!open) return Status::kClosed;
+  if (r == xcclTimeout || r == xcclInProgress) return Status::kRunning;
+  if (r != xcclSuccess) return Status::kFailed;
+  if (end_) {
+    // The collective is done; what remains on the stream is its post step (copies).
+    if (waitMs > 0) {
+      end_->synchronize();
+    } else if (!end_->query()) {
+      return Status::kRunning;
+    }
+  }
+  return Status::kDone;
+}
+
+bool WorkXCCL::settle(Status st, xcclResult_t r, const std::string& detail) {
+  switch (st) {
+    case Status::kRunning:
+      break;
+    case Status::kDone:
+      complete(nullptr);
+      break;
+    case Status::kClosed:
+      complete(distError("xccl " + std::string(opName_) + ": " + comm_->reason()));
+      break;
+    case Status::kFailed:
+      complete(makeError(r, "operation failed: " + detail));
+      break;
+  }
+  return done_.load();
+}
+
 std::exception_ptr WorkXCCL::makeError(xcclResult_t r, const std::string& what) const {
   std::ostringstream os;
   os << "xccl " << opName_ << ": " << what << " (rank " << comm_->rank << ", group '" << comm_->name
@@ -77,6 +129,7 @@ void WorkXCCL::complete(std::exception_ptr error) {
     done_.store(true);
   }
   finish(error);
+  if (futureMarked_) return;  // a device future completed at launch
   if (error) {
     future_->setError(error);
   } else {
@@ -88,18 +141,8 @@ bool WorkXCCL::isCompleted() {
   if (done_.load()) return true;
   if (!hasEvent_.load()) return false;
   xcclResult_t r = xcclInProgress;
-  if (!comm_->use([&](xcclComm_t) { r = xcclEventQuery(&event_); })) {
-    complete(distError("xccl " + std::string(opName_) + ": " + comm_->reason()));
-    return true;
-  }
-  if (r == xcclSuccess) {
-    complete(nullptr);
-  } else if (r != xcclInProgress) {
-    std::string detail;
-    comm_->use([&](xcclComm_t c) { detail = xcclGetLastError(c); });
-    complete(makeError(r, "operation failed: " + detail));
-  }
-  return done_.load();
+  std::string detail;
+  return settle(poll(0, r, detail), r, detail);
 }
 
 bool WorkXCCL::isSuccess() const {
@@ -127,6 +170,21 @@ bool WorkXCCL::wait(std::chrono::milliseconds timeout) {
     TORCH_CHECK(hasEvent_.load(), "xccl ", opName_,
                 ": wait() on an operation issued inside a coalescing block; wait on the Work "
                 "returned when the block ends");
+  }
+  if (onDevice() && !blockingWait_ && !hostBlocking_) {
+    // ProcessGroupNCCL semantics: the caller's current stream waits for the operation; the
+    // host does not. A failure already known is raised here; a later one by the watchdog
+    // (the completion thread) through TORCH_XCCL_ASYNC_ERROR_HANDLING.
+    if (!done_.load()) {
+      xcclResult_t r = xcclInProgress;
+      std::string detail;
+      settle(poll(0, r, detail), r, detail);
+    }
+    if (auto e = exception()) std::rethrow_exception(e);
+    end_->block(currentStream(stream_->device()));
+    return true;
+  }
+  if (!done_.load()) {
     auto limit = timeout == kNoTimeout ? timeout_ : timeout;
     auto deadline = std::chrono::steady_clock::now() + limit;
     while (!done_.load()) {
@@ -146,28 +204,26 @@ bool WorkXCCL::wait(std::chrono::milliseconds timeout) {
       }
       xcclResult_t r = xcclInProgress;
       std::string detail;
-      bool open = comm_->use([&](xcclComm_t c) {
-        r = xcclEventWait(&event_, std::min<int64_t>(left, kPollMs));
-        if (r != xcclSuccess && r != xcclTimeout && r != xcclInProgress) {
-          detail = xcclGetLastError(c);
-        }
-      });
+      auto st = poll(std::min<int64_t>(left, kPollMs), r, detail);
       if (done_.load()) break;
-      if (!open) {
-        complete(distError("xccl " + std::string(opName_) + ": " + comm_->reason()));
-      } else if (r == xcclSuccess) {
-        complete(nullptr);
-      } else if (r != xcclTimeout && r != xcclInProgress) {
-        complete(makeError(r, "operation failed: " + detail));
-      }
+      settle(st, r, detail);
     }
   }
   auto e = exception();
   if (e) std::rethrow_exception(e);
+  if (end_) end_->block(currentStream(stream_->device()));
   return true;
 }
 
-void WorkXCCL::synchronize() { wait(kNoTimeout); }
+// As ProcessGroupNCCL: on a device, the current stream waits for the operation (the host does
+// not); on the host communicator, the operation is waited for.
+void WorkXCCL::synchronize() {
+  if (onDevice() && end_) {
+    end_->block(currentStream(stream_->device()));
+    return;
+  }
+  wait(kNoTimeout);
+}
 
 void WorkXCCL::abort() {
   comm_->close("aborted by Work.abort() of " + std::string(opName_), false);

@@ -27,7 +27,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs):
+def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs, device_id=None):
     try:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         import torch
@@ -37,12 +37,17 @@ def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs):
         import torch_xccl  # noqa: F401  (routes "xccl")
 
         if init:
+            extra = {}
+            if device_id == "xdev":  # eager init, bound to this rank's device
+                torch.xdev.set_device(rank % 2)
+                extra["device_id"] = torch.device("xdev", rank % 2)
             dist.init_process_group(
                 "xccl",
                 init_method=f"tcp://127.0.0.1:{port}",
                 rank=rank,
                 world_size=world_size,
                 timeout=datetime.timedelta(seconds=pg_timeout_s),
+                **extra,
             )
         out = fn(rank, world_size, **kwargs)
         results.put((rank, "ok", out))
@@ -59,16 +64,18 @@ class WorldFailed(AssertionError):
 
 
 def run_world(fn, world_size, timeout=120.0, init=True, pg_timeout_s=60.0,
-              allow_exit=(), **kwargs):
+              allow_exit=(), device_id=None, **kwargs):
     """Run fn on world_size ranks; returns [result of rank 0, ..., rank n-1].
 
     allow_exit: ranks that are expected to die (their missing result is None).
+    device_id="xdev": init_process_group(device_id=xdev:(rank % 2)) (eager, bound group).
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_entry,
-                         args=(fn, r, world_size, port, results, init, pg_timeout_s, kwargs),
+                         args=(fn, r, world_size, port, results, init, pg_timeout_s, kwargs,
+                               device_id),
                          daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()

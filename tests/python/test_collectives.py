@@ -12,3 +12,14 @@ def test_collective_matrix(world):
     failures = [f for r in results for f in r["failures"]]
     assert not failures, "\n".join(failures[:50])
     assert all(r["checks"] > 150 for r in results), [r["checks"] for r in results]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_collective_matrix_on_xdev(world):
+    """The same matrix on xdev tensors: stream-ordered communicators, ranks on distinct
+    devices (2 ranks) and two ranks sharing one device (3 ranks: xdev:0, xdev:1, xdev:0)."""
+    results = run_world(workers_collectives.matrix, world, timeout=260, device="xdev")
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, "\n".join(failures[:50])
+    assert all(r["checks"] > 150 for r in results), [r["checks"] for r in results]

@@ -114,10 +114,18 @@ class Checker:
             self.failures.append(f"rank {self.rank} {name}: raised {type(e).__name__}: {e}")
 
 
-def matrix(rank: int, world: int) -> dict:
+def matrix(rank: int, world: int, device: str = "cpu") -> dict:
+    """device "xdev": every tensor (inputs, outputs, references) is created on xdev:(rank % 2)
+    through torch's default device, so ranks 0 and 2 share a device with 3 ranks. Results are
+    read right after each call on the caller's stream: right only if wait() orders it."""
     c = Checker(rank)
-    gloo = dist.new_group(backend="gloo")
     factor = 0.5
+    if device == "xdev":
+        torch.xdev.set_device(rank % 2)
+        torch.set_default_device(f"xdev:{rank % 2}")
+        gloo = None  # Gloo has no xdev
+    else:
+        gloo = dist.new_group(backend="gloo")
 
     # ---- all_reduce: dtype x op, in-place, sync and async (+ future value), + gloo
     for dtype in ALL:
@@ -136,7 +144,7 @@ def matrix(rank: int, world: int) -> dict:
                     work.wait()
                     assert work.is_completed() and work.is_success()
                 c.eq(name, t, want)
-                if dtype in GLOO_DTYPES and op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN,
+                if gloo and dtype in GLOO_DTYPES and op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN,
                                                    ReduceOp.MAX):
                     g = inp(rank, dtype)
                     dist.all_reduce(g, op=op, group=gloo)
@@ -177,7 +185,7 @@ def matrix(rank: int, world: int) -> dict:
                 t = inp(rank, dtype, salt=root)
                 dist.broadcast(t, src=root)
                 c.eq(f"broadcast[{dtype},root={root}]", t, inp(root, dtype, salt=root))
-                if dtype in GLOO_DTYPES:
+                if gloo and dtype in GLOO_DTYPES:
                     g = inp(rank, dtype, salt=root)
                     dist.broadcast(g, src=root, group=gloo)
                     c.eq(f"broadcast[{dtype},root={root}].vs_gloo", t, g)
@@ -209,7 +217,7 @@ def matrix(rank: int, world: int) -> dict:
             dist.all_gather_into_tensor(flat, inp(rank, dtype))
             c.eq(f"all_gather_into_tensor[{dtype}]", flat,
                  torch.cat([inp(r, dtype) for r in range(world)]))
-            if dtype in GLOO_DTYPES:
+            if gloo and dtype in GLOO_DTYPES:
                 g = [torch.zeros(N, dtype=dtype) for _ in range(world)]
                 dist.all_gather(g, inp(rank, dtype), group=gloo)
                 c.eq(f"all_gather[{dtype}].vs_gloo", torch.cat(outs), torch.cat(g))
@@ -263,7 +271,7 @@ def matrix(rank: int, world: int) -> dict:
             want = torch.cat([torch.full((n, 2), s * 10 + rank).to(dtype)
                               for s, n in enumerate(recv_splits)])
             c.eq(f"all_to_all_single.uneven[{dtype}]", ys, want)
-            if dtype in GLOO_DTYPES:
+            if gloo and dtype in GLOO_DTYPES:
                 yg = torch.empty_like(ys)
                 dist.all_to_all_single(yg, xs, recv_splits, send_splits, group=gloo)
                 c.eq(f"all_to_all_single.uneven[{dtype}].vs_gloo", ys, yg)

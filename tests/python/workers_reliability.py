@@ -46,6 +46,10 @@ def disagree(rank, world, case, numel, device="cpu"):
     start = time.monotonic()
     try:
         _call(case, rank, world, numel, device)
+        if device != "cpu":
+            # Stream-ordered: the call returns before the mismatch is found (as with NCCL);
+            # the group's next synchronising call on the device raises it.
+            dist.barrier(device_ids=[rank])
         out = {"raised": False}
     except Exception as e:  # noqa: BLE001
         out = {"raised": True, "type": type(e).__name__, "msg": str(e)}

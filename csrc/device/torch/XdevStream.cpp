@@ -35,6 +35,10 @@ DevicePool& pool(c10::DeviceIndex device) {
 // Per thread, per device: the current stream id (0 = default).
 thread_local std::array<c10::StreamId, kMaxDevices> tlsCurrent{};
 
+c10::StreamId streamIdOf(xdevStream_t s) {
+  return static_cast<c10::StreamId>(reinterpret_cast<uintptr_t>(s));
+}
+
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kXdev, device), id);
 }
@@ -46,14 +50,16 @@ xdevStream_t nativeStream(const c10::Stream& stream) {
               stream.device());
   checkDeviceIndex(stream.device_index());
   const c10::StreamId id = stream.id();
-  TORCH_CHECK(id >= 0 && id <= kStreamPoolSize, "xdev: unknown stream id ", id, " on ",
-              stream.device());
   if (id == 0) {
     // The NULL stream means "the current device's default stream": resolve it to the
     // stream's own device explicitly through the pool owner's device switch at use sites.
     return nullptr;
   }
-  return pool(stream.device_index()).streams[id - 1];
+  // The id is the runtime handle (see XdevStream.h); only the device's pool streams are valid.
+  for (xdevStream_t s : pool(stream.device_index()).streams) {
+    if (reinterpret_cast<uintptr_t>(s) == static_cast<uintptr_t>(id)) return s;
+  }
+  TORCH_CHECK(false, "xdev: unknown stream id ", id, " on ", stream.device());
 }
 
 c10::Stream defaultStream(c10::DeviceIndex device) {
@@ -67,8 +73,9 @@ c10::Stream currentStream(c10::DeviceIndex device) {
 
 c10::Stream streamFromPool(c10::DeviceIndex device) {
   device = resolveDevice(device);
-  const uint32_t k = pool(device).next.fetch_add(1) % kStreamPoolSize;
-  return makeStream(device, static_cast<c10::StreamId>(k + 1));
+  DevicePool& p = pool(device);
+  const uint32_t k = p.next.fetch_add(1) % kStreamPoolSize;
+  return makeStream(device, streamIdOf(p.streams[k]));
 }
 
 c10::Stream exchangeStream(const c10::Stream& stream) {

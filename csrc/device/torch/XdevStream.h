@@ -1,9 +1,12 @@
 // Streams: how a c10::Stream (device, id) names an xdevStream_t.
 //
-// Id 0 is the device's default stream (the runtime's NULL stream). Ids 1..kPoolSize name the
-// device's pool of streams, created on first use and handed out round robin by
-// torch.Stream(device="xdev") / torch.xdev.Stream(), as CUDA's stream pool does. Each thread
-// has a current stream per device (default stream until set).
+// Id 0 is the device's default stream (the runtime's NULL stream). Any other id is the
+// runtime handle itself (xdevStream_t as an integer) of one of the device's kStreamPoolSize
+// pool streams, created on first use and handed out round robin by
+// torch.Stream(device="xdev") / torch.xdev.Stream(), as CUDA's stream pool does. Because
+// the id is the handle, code that sees only a c10::Stream (the xccl backend, which does not
+// link this extension) gets the native stream as reinterpret_cast<xdevStream_t>(id).
+// Each thread has a current stream per device (default stream until set).
 #pragma once
 
 #include <c10/core/Stream.h>

@@ -1,0 +1,129 @@
+// DeviceComms.cpp — the group's communicators beyond the host one: which one an operation
+// uses (deviceOf, commFor), making xdev communicators (lazily, or eagerly for
+// init_process_group(device_id=...)), and dist.split_group.
+#include <algorithm>
+
+#include "ProcessGroupXCCL.hpp"
+#include "Utils.hpp"
+
+namespace torch_xccl {
+
+c10::Device ProcessGroupXCCL::deviceOf(const char* opName, const std::vector<at::Tensor>& outputs,
+                                       const std::vector<at::Tensor>& inputs,
+                                       const LaunchExtra& extra) {
+  // The data tensors decide; a cpu tensor beside xdev data can only be a host-side scalar
+  // (the PREMUL_SUM factor) — the collectives already required their data on one device.
+  std::optional<c10::Device> dev;
+  if (extra.device && isXdev(*extra.device)) dev = *extra.device;
+  for (const auto* list : {&outputs, &inputs}) {
+    for (const auto& t : *list) {
+      if (!onXdev(t)) continue;
+      if (!dev) dev = t.device();
+      TORCH_CHECK(t.device() == *dev, "xccl ", opName, ": tensors must be on one device, got ",
+                  *dev, " and ", t.device());
+    }
+  }
+  if (!dev) return c10::Device(c10::kCPU);
+  TORCH_CHECK(dev->has_index(), "xccl ", opName, ": device ", *dev, " has no index");
+  auto bound = getBoundDeviceId();
+  TORCH_CHECK(!bound || !isXdev(*bound) || *bound == *dev, "xccl ", opName, ": the tensors are on ",
+              *dev, " but group '", state_->name, "' is bound to ", *bound,
+              " (init_process_group(device_id=...)); move them to ", *bound);
+  return *dev;
+}
+
+std::shared_ptr<DeviceComm> ProcessGroupXCCL::commFor(const char* opName,
+                                                      const c10::Device& device) {
+  std::lock_guard<std::mutex> g(devMu_);
+  TORCH_CHECK(!devComm_ || devComm_->device == device, "xccl ", opName, ": group '",
+              state_->name, "' already runs on ", devComm_ ? devComm_->device.str() : "",
+              " in this process, and a process drives one device per group (as with NCCL); "
+              "this call is on ", device);
+  if (!devComm_) devComm_ = makeDeviceComm(device);
+  return devComm_;
+}
+
+// Every rank of the group makes it at the same point: its first operation on the device
+// (point-to-point included: all ranks must reach one, as NCCL requires of a group's first
+// batch_isend_irecv), or eagerly at init_process_group(device_id=...). One communicator for
+// collectives and point-to-point keeps them ordered with each other and avoids the init
+// cycles that per-pair communicators made lazily by a ring of sends would have.
+std::shared_ptr<DeviceComm> ProcessGroupXCCL::makeDeviceComm(const c10::Device& device) {
+  auto dc = std::make_shared<DeviceComm>();
+  dc->state = std::make_shared<CommState>();
+  dc->state->rank = getRank();
+  dc->state->size = getSize();
+  dc->state->name = state_->name + "/" + device.str();
+  dc->state->desync = state_->desync;
+  dc->device = device;
+
+  StoreCtx ctx{store_};
+  xcclStore_t s{&ctx, &storeSet, &storeGet};
+  xcclConfig_t cfg{};
+  cfg.timeout_ms = options_->timeout.count() > 0 ? options_->timeout.count() : 0;
+  cfg.device = device.index();
+  cfg.deviceType = xcclDeviceXdev;
+  cfg.name = dc->state->name.c_str();
+  xcclComm_t comm = nullptr;
+  // The key prefix must not depend on the device index: ranks usually sit on different ones.
+  xcclResult_t r = xcclCommInitRankStore(&comm, getSize(), getRank(), &s, "xccl-xdev/", &cfg);
+  if (r != xcclSuccess) {
+    throwDist("xccl init on " + device.str() + ": rank " + std::to_string(getRank()) + " of " +
+              std::to_string(getSize()) + " (group '" + state_->name +
+              "'): " + libError(r, xcclGetLastError(nullptr)));
+  }
+  dc->state->comm = comm;
+  dc->stream = poolStream(device);
+  dc->ready = std::make_unique<DeviceEvent>();
+  return dc;
+}
+
+std::vector<std::shared_ptr<CommState>> ProcessGroupXCCL::allComms() {
+  std::vector<std::shared_ptr<CommState>> out{state_};
+  std::lock_guard<std::mutex> g(devMu_);
+  if (devComm_) out.push_back(devComm_->state);
+  return out;
+}
+
+std::string ProcessGroupXCCL::deviceCommDevice() {
+  std::lock_guard<std::mutex> g(devMu_);
+  return devComm_ ? devComm_->device.str() : std::string();
+}
+
+void ProcessGroupXCCL::eagerConnectSingleDevice(at::Device device) {
+  if (!isXdev(device)) return;  // the host communicator exists from the start
+  TORCH_CHECK(device.has_index(), "xccl eager_connect_single_device: ", device, " has no index");
+  commFor("eager_connect_single_device", device);
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  auto it = std::find(ranks.begin(), ranks.end(), getRank());
+  if (it == ranks.end()) return nullptr;  // not a member: nothing to make (store rendezvous)
+  std::string name = opts ? opts->group_name : std::string();
+  std::lock_guard<std::mutex> g(splitMu_);
+  auto cached = splits_.find(name);
+  if (cached != splits_.end()) {
+    if (auto b = cached->second.lock()) return b;
+  }
+  auto o = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
+  o->group_name = name;
+  for (int r : ranks) {
+    const auto& parent = options_->global_ranks_in_group;
+    o->global_ranks_in_group.push_back(parent.empty() ? static_cast<uint64_t>(r) : parent.at(r));
+  }
+  auto child = c10::make_intrusive<ProcessGroupXCCL>(
+      store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), o);
+  if (auto bound = getBoundDeviceId()) {
+    child->setBoundDeviceId(bound);
+    child->eagerConnectSingleDevice(*bound);
+  }
+  ++splitCount_;
+  splits_.erase(name);
+  splits_.emplace(name, c10::weak_intrusive_ptr<c10d::Backend>(
+                            c10::intrusive_ptr<c10d::Backend>(child)));
+  return child;
+}
+
+}  // namespace torch_xccl
