@@ -13,6 +13,10 @@ from . import xdev as _xdev
 
 _xdev._register()
 
+from . import xdev_syncbn as _xdev_syncbn  # noqa: E402  SyncBatchNorm's kernels on xdev
+
+_xdev_syncbn.register()
+
 import torch.distributed  # noqa: E402,F401
 
 from . import _C  # noqa: E402  the native module: backend + bindings (links lib/libxccl.so.0)

@@ -74,7 +74,7 @@ std::shared_ptr<DeviceComm> ProcessGroupXCCL::makeDeviceComm(const c10::Device& 
   }
   dc->state->comm = comm;
   dc->stream = poolStream(device);
-  dc->ready = std::make_unique<DeviceEvent>();
+  dc->ready = std::make_unique<DeviceEvent>(device);
   return dc;
 }
 

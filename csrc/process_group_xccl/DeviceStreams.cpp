@@ -21,10 +21,11 @@ void check(xdevError_t e, const char* what) {
 // the stream's device current around calls that take one.
 class OnDevice {
  public:
-  explicit OnDevice(const c10::Stream& s) {
+  explicit OnDevice(const c10::Stream& s) : OnDevice(s.device_index()) {}
+  explicit OnDevice(int device) {
     xdevGetDevice(&saved_);
-    if (saved_ != s.device_index()) {
-      check(xdevSetDevice(s.device_index()), "xdevSetDevice");
+    if (saved_ != device) {
+      check(xdevSetDevice(device), "xdevSetDevice");
       switched_ = true;
     }
   }
@@ -57,7 +58,8 @@ void recordStream(const at::Tensor& t, const c10::Stream& s) {
   guard().recordDataPtrOnStream(t.storage().data_ptr(), s);
 }
 
-DeviceEvent::DeviceEvent() {
+DeviceEvent::DeviceEvent(const c10::Device& d) {
+  OnDevice on(d.index());  // an event belongs to the device current at its creation
   check(xdevEventCreateWithFlags(&ev_, xdevEventDisableTiming), "xdevEventCreate");
 }
 

@@ -26,10 +26,10 @@ c10::Stream poolStream(const c10::Device& d);     // a stream from the device's 
 // on it so far (Tensor.record_stream).
 void recordStream(const at::Tensor& t, const c10::Stream& s);
 
-// An xdev event (created without timing), destroyed with the object.
+// An xdev event of one device (created without timing), destroyed with the object.
 class DeviceEvent {
  public:
-  DeviceEvent();
+  explicit DeviceEvent(const c10::Device& d);
   ~DeviceEvent();
   DeviceEvent(const DeviceEvent&) = delete;
   DeviceEvent& operator=(const DeviceEvent&) = delete;

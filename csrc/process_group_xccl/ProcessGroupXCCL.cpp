@@ -187,7 +187,7 @@ void ProcessGroupXCCL::finishOnStream(const std::vector<c10::intrusive_ptr<WorkX
                                       const std::function<void()>& post) {
   c10::StreamGuard onComm(stream);
   if (post) post();
-  auto end = std::make_shared<DeviceEvent>();
+  auto end = std::make_shared<DeviceEvent>(stream.device());
   end->record(stream);
   for (const auto& w : works) w->setEnd(end);
 }

@@ -54,7 +54,11 @@ def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs, devi
         if init and dist.is_initialized():
             dist.destroy_process_group()
     except BaseException as e:  # report, then exit non-zero
-        results.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        report = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        print(f"[rank {rank}] {report}", file=sys.stderr, flush=True)
+        results.put((rank, "error", report))
+        results.close()
+        results.join_thread()  # the report reaches the parent before the hard exit
         sys.stdout.flush()
         os._exit(1)
 

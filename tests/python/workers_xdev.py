@@ -149,3 +149,214 @@ def collective_failure(rank, world):
     except Exception as e:  # noqa: BLE001
         err = f"{type(e).__name__}: {str(e).splitlines()[0]}"
     return {"err": err, "s": time.perf_counter() - t0}
+
+
+# ---------------------------------------------------------------- the training stack
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+class _Branchy(nn.Module):
+    """One branch is used only on even steps: find_unused_parameters has work to do."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(8, 4)
+        self.b = nn.Linear(8, 4)
+        self.step = 0
+
+    def forward(self, x):
+        self.step += 1
+        return self.a(x) + (self.b(x) if self.step % 2 == 0 else 0)
+
+
+def _batches(rank, steps=6):
+    g = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(5, 8, generator=g), torch.randn(5, 4, generator=g))
+            for _ in range(steps)]
+
+
+def _train(device, group, rank, hook=None, model_fn=_model, accumulate=False, **ddp_kwargs):
+    from contextlib import nullcontext
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = model_fn().to(device)
+    ids = [device.index] if device.type == "xdev" else None
+    ddp = DDP(model, device_ids=ids, process_group=group, **ddp_kwargs)
+    if hook is not None:
+        ddp.register_comm_hook(group, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    losses = []
+    for i, (x, y) in enumerate(_batches(rank)):
+        x, y = x.to(device), y.to(device)
+        # accumulate: odd steps only accumulate locally (no_sync), even steps sync and step
+        skip = accumulate and i % 2 == 0
+        with ddp.no_sync() if skip else nullcontext():
+            loss = nn.functional.mse_loss(ddp(x), y)
+            loss.backward()
+        if not skip:
+            opt.step()
+            opt.zero_grad()
+        losses.append(loss.item())
+    return [p.detach().cpu() for p in model.parameters()], losses
+
+
+def _diff(a, b):
+    return max((x - y).abs().max().item() for x, y in zip(a, b))
+
+
+def ddp_on_xdev(rank, world):
+    """DDP(device_ids=[xdev:i]) over xccl against DDP over gloo on cpu, same seed and data."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    dev = _dev(rank)
+    gloo = dist.new_group(backend="gloo")
+    xccl = dist.group.WORLD
+    cpu = torch.device("cpu")
+    out = {}
+    ref, ref_losses = _train(cpu, gloo, rank)
+    got, losses = _train(dev, xccl, rank)
+    out["plain"] = _diff(ref, got)
+    out["losses_differ_by_rank"] = losses  # compared across ranks by the test
+
+    def bf16_hook(state, bucket):  # torch refuses the stock hook's *name* off CUDA
+        return default_hooks.bf16_compress_hook(state, bucket)
+
+    for name, hook in (("fp16", default_hooks.fp16_compress_hook), ("bf16", bf16_hook)):
+        r, _ = _train(cpu, gloo, rank, hook)
+        g, _ = _train(dev, xccl, rank, hook)
+        out[name] = _diff(r, g)
+    for name, kw in (("no_sync", {"accumulate": True}),
+                     ("unused", {"model_fn": _Branchy, "find_unused_parameters": True}),
+                     ("static", {"static_graph": True}),
+                     ("small_buckets", {"bucket_cap_mb": 0.0001})):
+        r, _ = _train(cpu, gloo, rank, **kw)
+        g, _ = _train(dev, xccl, rank, **kw)
+        out[name] = _diff(r, g)
+    # the DDP paper's way to fill a link: buckets round-robin over several groups. torch 2.13
+    # no longer has dist._round_robin_process_groups; a comm hook does the same routing.
+    groups = [dist.new_group(), dist.new_group()]
+
+    def round_robin(state, bucket):
+        g = groups[bucket.index() % len(groups)]
+        buf = bucket.buffer().div_(world)
+        return dist.all_reduce(buf, group=g, async_op=True).get_future().then(
+            lambda f: f.value()[0])
+
+    g, _ = _train(dev, xccl, rank, round_robin, bucket_cap_mb=0.0001)
+    out["round_robin"] = _diff(ref, g)
+    return out
+
+
+def syncbn_on_xdev(rank, world):
+    """SyncBatchNorm under DDP on xdev, each rank half of the batch, against BatchNorm on the
+    whole batch in one process: outputs, input and weight gradients, running statistics."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = _dev(rank)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1))
+    ref = copy.deepcopy(net)
+    g = torch.Generator().manual_seed(5)
+    per = 3
+    full = torch.randn(world * per, 3, 8, 8, generator=g)
+    xr = full.clone().requires_grad_()
+    yr = ref(xr)
+    (yr ** 2).sum().backward()
+
+    sync = nn.SyncBatchNorm.convert_sync_batchnorm(net).to(dev)
+    ddp = DDP(sync, device_ids=[dev.index])
+    x = full[rank * per:(rank + 1) * per].to(dev).requires_grad_()
+    y = ddp(x)
+    (y ** 2).sum().backward()
+    bn, bn_ref = sync[1], ref[1]
+    return {
+        "out": (y.detach().cpu() - yr.detach()[rank * per:(rank + 1) * per]).abs().max().item(),
+        "grad_in": (x.grad.cpu() - xr.grad[rank * per:(rank + 1) * per]).abs().max().item(),
+        # DDP averages over ranks; the single process summed the whole batch's loss
+        "grad_w_rel": max((p.grad.cpu() * world - q.grad).abs().max().item()
+                          / max(1.0, q.grad.abs().max().item())
+                          for p, q in zip(sync.parameters(), ref.parameters())),
+        "running": max((bn.running_mean.cpu() - bn_ref.running_mean).abs().max().item(),
+                       (bn.running_var.cpu() - bn_ref.running_var).abs().max().item()),
+    }
+
+
+def zero_on_xdev(rank, world):
+    """ZeroRedundancyOptimizer over xccl on xdev against the same over gloo on cpu."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    dev = _dev(rank)
+    results = {}
+    for name, device, group in (("gloo", torch.device("cpu"), dist.new_group(backend="gloo")),
+                                ("xccl", dev, dist.group.WORLD)):
+        model = _model().to(device)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                      process_group=group, lr=0.01)
+        for x, y in _batches(rank):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad, group=group)
+                p.grad /= world
+            opt.step()
+        results[name] = [p.detach().cpu() for p in model.parameters()]
+    return {"diff": _diff(results["gloo"], results["xccl"])}
+
+
+def fsdp2_on_xdev(rank, world):
+    """fully_shard (FSDP2) on an xdev mesh: all_gather_into_tensor / reduce_scatter_tensor on
+    the communication stream. Against the unsharded model trained in one process on the
+    concatenated batch (the mean loss over ranks equals the loss over the whole batch)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dev = _dev(rank)
+    mesh = init_device_mesh("xdev", (world,))
+    ref = _model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    model = _model().to(dev)
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [_batches(r) for r in range(world)]
+    for step in range(4):
+        xs = torch.cat([batches[r][step][0] for r in range(world)])
+        ys = torch.cat([batches[r][step][1] for r in range(world)])
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(ref(xs), ys).backward()
+        ref_opt.step()
+        x, y = batches[rank][step]
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x.to(dev)), y.to(dev)).backward()
+        opt.step()
+    full = [p.full_tensor().detach().cpu() for p in model.parameters()]
+    return {"diff": _diff([p.detach() for p in ref.parameters()], full)}
+
+
+def dtensor_on_xdev(rank, world):
+    """DTensor's redistribute over xccl: Shard(0) -> Replicate (all_gather), Partial ->
+    Replicate (all_reduce), Partial -> Shard (reduce_scatter)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+    _dev(rank)
+    mesh = init_device_mesh("xdev", (world,))
+    full = torch.arange(world * 4 * 3, dtype=torch.float32).view(world * 4, 3)
+    d = distribute_tensor(full.to(f"xdev:{rank % 2}"), mesh, [Shard(0)])
+    gathered = d.redistribute(mesh, [Replicate()]).to_local().cpu()
+    local = torch.full((world * 2, 3), float(rank + 1), device=f"xdev:{rank % 2}")
+    p = DTensor.from_local(local, mesh, [Partial()])
+    summed = p.redistribute(mesh, [Replicate()]).to_local().cpu()
+    scattered = p.redistribute(mesh, [Shard(0)]).to_local().cpu()
+    total = float(sum(range(1, world + 1)))
+    return {"gather": bool(torch.equal(gathered, full)),
+            "allreduce": bool((summed == total).all()),
+            "reduce_scatter": bool((scattered == total).all()) and scattered.shape[0] == 2}
