@@ -62,13 +62,15 @@ class Device {
   // work on the stream). streamCapture() runs on the enqueuing thread and returns a token
   // for "all work on stream so far"; streamWait() runs on the progress thread and blocks
   // until that work is done (so the inputs are ready). streamRelease() frees the token.
-  // streamDefer() makes work enqueued on the stream afterwards wait until done() returns
-  // (done() blocks until the collective completes: the stream-side end of the operation).
-  // The host device has no asynchronous streams: tokens are null and nothing is deferred.
+  // streamHold() makes work enqueued on the stream afterwards wait until streamResume(token)
+  // (called exactly once, by the progress thread, when the collective is done or failed):
+  // the stream-side end of the operation.
+  // The host device has no asynchronous streams: tokens are null and nothing is held.
   virtual void* streamCapture(xcclStream_t stream) = 0;
   virtual void streamWait(void* token) = 0;
   virtual void streamRelease(void* token) = 0;
-  virtual void streamDefer(xcclStream_t stream, std::function<void()> done) {}
+  virtual void* streamHold(xcclStream_t stream) { return nullptr; }
+  virtual void streamResume(void* token) {}
 };
 
 // A device by kind ("host", "xdev"; "" = XCCL_DEVICE, default host) and ordinal (< 0: the

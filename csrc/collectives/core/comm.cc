@@ -34,27 +34,6 @@ const char* deviceKind(xcclDeviceType_t type) {
 }
 }  // namespace
 
-void Completion::publish(uint64_t id) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    completed_ = id;
-  }
-  cv_.notify_all();
-}
-
-void Completion::close() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-  }
-  cv_.notify_all();
-}
-
-void Completion::waitFor(uint64_t id) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return completed_ >= id || closed_; });
-}
-
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
            const xcclConfig_t& config)
     : rank_(rank),
@@ -96,8 +75,7 @@ Comm::~Comm() {
     XCCL_WARN(INIT, "rank ", rank_, ": destroy timed out waiting for pending operations; aborting");
     abort();
   }
-  if (worker_.joinable()) worker_.join();
-  completion_->close();
+  if (worker_.joinable()) worker_.join();  // it resumed every held stream on the way
   closeConnections();
 }
 
@@ -122,6 +100,14 @@ uint64_t Comm::enqueue(OpEntry op) {
   if (err != xcclSuccess) throw Error(err, lastError());
   const xcclStream_t stream = op.stream;
   op.streamToken = device_->streamCapture(stream);
+  // Work the caller queues on the stream after this operation waits for it: the progress
+  // thread resumes the stream when the operation is done (or failed, or dropped).
+  try {
+    op.holdToken = device_->streamHold(stream);
+  } catch (...) {
+    device_->streamRelease(op.streamToken);
+    throw;
+  }
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -130,9 +116,6 @@ uint64_t Comm::enqueue(OpEntry op) {
     enqueued_.store(id);
     if (workerSleeping_) workCv_.notify_one();
   }
-  // Work the caller queues on the stream after this operation waits for it to complete.
-  std::shared_ptr<Completion> completion = completion_;
-  device_->streamDefer(stream, [completion, id] { completion->waitFor(id); });
   return id;
 }
 
@@ -228,7 +211,7 @@ void Comm::progressLoop() {
       completed_.store(op.id, std::memory_order_release);
       doneCv_.notify_all();
     }
-    completion_->publish(op.id);
+    device_->streamResume(op.holdToken);  // after publishing: the stream sees a known outcome
   }
 }
 

@@ -37,23 +37,8 @@ struct OpEntry {
   std::vector<CollArgs> colls;
   std::vector<CollArgs> p2p;
   xcclStream_t stream = nullptr;  // the caller's stream (device communicators)
-  void* streamToken = nullptr;
-};
-
-// Completed operation ids, shared with the stream-side waits a device queues after each
-// operation (Device::streamDefer): those may run after the communicator is gone, so they
-// hold this, not the communicator. close() releases every waiter.
-class Completion {
- public:
-  void publish(uint64_t id);
-  void close();
-  void waitFor(uint64_t id);
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t completed_ = 0;
-  bool closed_ = false;
+  void* streamToken = nullptr;  // the stream's work before the op (Device::streamCapture)
+  void* holdToken = nullptr;    // the stream's work after it waits on this (streamHold)
 };
 
 class Comm {
@@ -107,7 +92,6 @@ class Comm {
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
   std::atomic<uint64_t> failedFrom_{UINT64_MAX};  // first op id that failed
   std::atomic<xcclResult_t> asyncError_{xcclSuccess};
-  std::shared_ptr<Completion> completion_ = std::make_shared<Completion>();
   std::string errorMsg_;  // guarded by mu_
   std::thread worker_;
 };

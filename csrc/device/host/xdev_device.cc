@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "xdev_runtime.h"
 
 namespace xccl {
@@ -44,11 +45,6 @@ void checkStreamDevice(xcclStream_t stream, int ordinal) {
   }
 }
 
-void runDeferred(void* p) {
-  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(p));
-  (*fn)();
-}
-
 }  // namespace
 
 XdevDevice::XdevDevice(int ordinal) : HostDevice(ordinal) {
@@ -88,13 +84,21 @@ void XdevDevice::streamRelease(void* token) {
   if (token != nullptr) xdevEventDestroy(static_cast<xdevEvent_t>(token));
 }
 
-void XdevDevice::streamDefer(xcclStream_t stream, std::function<void()> done) {
-  DeviceScope scope(ordinal());
-  auto* fn = new std::function<void()>(std::move(done));
-  xdevError_t e = xdevLaunchHostFunc(static_cast<xdevStream_t>(stream), runDeferred, fn);
+void* XdevDevice::streamHold(xcclStream_t stream) {
+  DeviceScope scope(ordinal());  // NULL: this device's default stream
+  xdevHold_t hold = nullptr;
+  check(xdevStreamHold(static_cast<xdevStream_t>(stream), &hold), "xdevStreamHold");
+  return hold;
+}
+
+void XdevDevice::streamResume(void* token) {
+  if (token == nullptr) return;
+  // On the progress thread: never throws (a stream left held would hang its users, but the
+  // runtime only fails a release for a NULL hold).
+  xdevError_t e = xdevHoldRelease(static_cast<xdevHold_t>(token));
   if (e != xdevSuccess) {
-    delete fn;
-    check(e, "xdevLaunchHostFunc");
+    XCCL_WARN(INIT, "xdevHoldRelease: ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(),
+              ")");
   }
 }
 

@@ -2,8 +2,8 @@
 // so copies and reductions are HostDevice's; what xdev adds is streams. A collective on an
 // xdev communicator is ordered on the caller's xdev stream as NCCL orders one on a CUDA
 // stream: it starts after the work queued on the stream before it (an event the progress
-// thread waits for), and work queued after it waits for its completion (a host function
-// on the stream that blocks until the collective is done).
+// thread waits for), and work queued after it waits for its completion (a hold on the
+// stream that the progress thread releases when the collective is done).
 #pragma once
 
 #include "device/host/host_device.h"
@@ -20,7 +20,8 @@ class XdevDevice : public HostDevice {
   void* streamCapture(xcclStream_t stream) override;
   void streamWait(void* token) override;
   void streamRelease(void* token) override;
-  void streamDefer(xcclStream_t stream, std::function<void()> done) override;
+  void* streamHold(xcclStream_t stream) override;
+  void streamResume(void* token) override;
 };
 
 }  // namespace xccl

@@ -1,11 +1,20 @@
-// C entry points: streams and host-function launches.
+// C entry points: streams, host-function launches and holds.
 #include <algorithm>
+#include <memory>
 
 #include "runtime.h"
 #include "status.h"
 
 using xdev::api;
 using xdev::Runtime;
+
+namespace {
+// What an xdevHold_t points to (owned by the caller until xdevHoldRelease frees it).
+struct HoldImpl {
+  std::shared_ptr<xdev::Stream> stream;
+  std::shared_ptr<xdev::Gate> gate;
+};
+}  // namespace
 
 extern "C" {
 
@@ -67,7 +76,11 @@ xdevError_t xdevStreamWaitEvent(xdevStream_t stream, xdevEvent_t event, unsigned
     // Nothing to wait for: never recorded, recorded on this very stream (already in order),
     // or already done.
     if (!mark.stream || mark.stream == s || mark.done()) return xdevSuccess;
-    s->enqueue([src = mark.stream, pos = mark.pos] { src->waitFor(pos); });
+    // A gate on the waiting stream, opened by whichever thread brings the other stream to
+    // the position: no worker thread blocks for a wait between streams.
+    auto gate = std::make_shared<xdev::Gate>();
+    s->enqueueGate(gate);
+    mark.stream->whenReached(mark.pos, [s, gate] { s->openGate(gate); });
     return xdevSuccess;
   });
 }
@@ -100,6 +113,27 @@ xdevError_t xdevLaunchHostFunc(xdevStream_t stream, xdevHostFn_t fn, void* userD
   return api("xdevLaunchHostFunc", [&] {
     XDEV_REQUIRE(fn != nullptr, xdevErrorInvalidValue, "fn is NULL");
     Runtime::get().stream(stream)->enqueue([fn, userData] { fn(userData); });
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevStreamHold(xdevStream_t stream, xdevHold_t* hold) {
+  return api("xdevStreamHold", [&] {
+    XDEV_REQUIRE(hold != nullptr, xdevErrorInvalidValue, "hold is NULL");
+    auto h = std::make_unique<HoldImpl>();
+    h->stream = Runtime::get().stream(stream);
+    h->gate = std::make_shared<xdev::Gate>();
+    h->stream->enqueueGate(h->gate);
+    *hold = reinterpret_cast<xdevHold_t>(h.release());
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevHoldRelease(xdevHold_t hold) {
+  return api("xdevHoldRelease", [&] {
+    XDEV_REQUIRE(hold != nullptr, xdevErrorInvalidValue, "hold is NULL");
+    std::unique_ptr<HoldImpl> h(reinterpret_cast<HoldImpl*>(hold));
+    h->stream->openGate(h->gate);
     return xdevSuccess;
   });
 }

@@ -27,6 +27,30 @@ bool runTask(Task& task, uint64_t streamId) {
 
 Stream* Stream::current() { return tlsWorkerOf; }
 
+void Stream::takeDueLocked(std::vector<Watch>& due) {
+  auto it = watches_.begin();
+  while (it != watches_.end() && (it->first <= completed_ || abandoned_)) {
+    due.push_back(std::move(it->second));
+    it = watches_.erase(it);
+  }
+}
+
+void Stream::fire(std::vector<Watch>& due) {
+  for (auto& w : due) w();
+  due.clear();
+}
+
+void Stream::whenReached(uint64_t pos, std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (completed_ < pos && !abandoned_) {
+      watches_.emplace(pos, std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
 Stream::~Stream() {
   std::unique_lock<std::mutex> lock(mu_);
   doneCv_.wait(lock, [&] { return completed_ == enqueued_ || abandoned_; });
@@ -42,15 +66,56 @@ uint64_t Stream::enqueue(Task task) {
     lock.lock();
     ++completed_;
     if (!ok) error_ = xdevErrorLaunchFailure;
+    std::vector<Watch> due;
+    takeDueLocked(due);
+    lock.unlock();
+    fire(due);
     return pos;
   }
   XDEV_REQUIRE(!stopping_, xdevErrorInvalidResourceHandle, "stream ", id_, " is being destroyed");
   if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
-  queue_.push_back(std::move(task));
+  queue_.push_back(Item{std::move(task), nullptr});
   uint64_t pos = ++enqueued_;
   lock.unlock();
   workCv_.notify_one();
   return pos;
+}
+
+uint64_t Stream::enqueueGate(const std::shared_ptr<Gate>& gate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t pos = ++enqueued_;
+  if (abandoned_) {  // process exit: nothing waits any more (watches fired at abandon)
+    ++completed_;
+    return pos;
+  }
+  XDEV_REQUIRE(!stopping_, xdevErrorInvalidResourceHandle, "stream ", id_, " is being destroyed");
+  queue_.push_back(Item{nullptr, gate});
+  return pos;
+}
+
+void Stream::openGate(const std::shared_ptr<Gate>& gate) {
+  bool wakeWorker = false;
+  std::vector<Watch> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate->open = true;
+    if (running_) return;  // the worker counts it after the task before it
+    // Count the open gates at the head here, on the releasing thread: a host waiting on the
+    // stream wakes from this thread, and the worker sleeps on unless a task follows.
+    bool advanced = false;
+    while (!queue_.empty() && queue_.front().gate && queue_.front().gate->open) {
+      queue_.pop_front();
+      ++completed_;
+      advanced = true;
+    }
+    if (advanced) {
+      doneCv_.notify_all();
+      takeDueLocked(due);
+    }
+    wakeWorker = !queue_.empty();
+  }
+  if (wakeWorker) workCv_.notify_one();
+  fire(due);  // e.g. gates of streams waiting on this one: they advance from here too
 }
 
 uint64_t Stream::tail() {
@@ -101,12 +166,15 @@ void Stream::abandon(std::chrono::milliseconds grace) {
   std::unique_lock<std::mutex> lock(mu_);
   abandoned_ = true;
   stopping_ = true;
-  std::deque<Task> dropped;
+  std::deque<Item> dropped;
   dropped.swap(queue_);
+  std::vector<Watch> due;
+  takeDueLocked(due);
   doneCv_.notify_all();
   workCv_.notify_all();
   lock.unlock();
   dropped.clear();  // outside the lock: a task may own another stream
+  fire(due);
   lock.lock();
   if (!worker_.joinable()) return;
   bool exited = doneCv_.wait_for(lock, grace, [&] { return exited_; });
@@ -124,17 +192,37 @@ void Stream::run() {
   tlsWorkerOf = this;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    workCv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-    if (queue_.empty()) break;  // stopping, and nothing left
-    Task task = std::move(queue_.front());
+    workCv_.wait(lock, [&] { return runnableLocked() || (stopping_ && queue_.empty()); });
+    if (!runnableLocked()) break;  // stopping, and nothing left
+    Item item = std::move(queue_.front());
     queue_.pop_front();
+    std::vector<Watch> due;
+    if (item.gate) {  // released while a task before it ran
+      ++completed_;
+      doneCv_.notify_all();
+      takeDueLocked(due);
+      if (!due.empty()) {
+        lock.unlock();
+        fire(due);
+        lock.lock();
+      }
+      continue;
+    }
+    running_ = true;
     lock.unlock();
-    bool ok = runTask(task, id_);
-    task = nullptr;  // release what it captured before the position counts as done
+    bool ok = runTask(item.task, id_);
+    item.task = nullptr;  // release what it captured before the position counts as done
     lock.lock();
+    running_ = false;
     if (!ok) error_ = xdevErrorLaunchFailure;
     ++completed_;
     doneCv_.notify_all();
+    takeDueLocked(due);
+    if (!due.empty()) {
+      lock.unlock();
+      fire(due);
+      lock.lock();
+    }
   }
   exited_ = true;
   doneCv_.notify_all();

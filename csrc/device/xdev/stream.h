@@ -16,14 +16,22 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "xdev_runtime.h"
 
 namespace xdev {
 
 using Task = std::function<void()>;
+
+// A point in a stream that another thread releases (xdevStreamHold / xdevHoldRelease).
+struct Gate {
+  bool open = false;  // guarded by the owning stream's mutex
+};
 
 class Stream {
  public:
@@ -38,6 +46,14 @@ class Stream {
 
   // Appends task and returns its position.
   uint64_t enqueue(Task task);
+  // Appends a gate: later positions are not reached until openGate(gate). The gate itself
+  // needs no worker: openGate() counts it done when nothing runs before it.
+  uint64_t enqueueGate(const std::shared_ptr<Gate>& gate);
+  void openGate(const std::shared_ptr<Gate>& gate);
+  // Calls fn (on whichever thread advances this stream, or now) once pos is reached. It runs
+  // with no stream lock held. xdevStreamWaitEvent uses it to open a gate on the waiting
+  // stream: a wait between streams then needs no worker thread on either side.
+  void whenReached(uint64_t pos, std::function<void()> fn);
   // Position of the last task enqueued so far (0: none).
   uint64_t tail();
   bool reached(uint64_t pos);
@@ -67,7 +83,20 @@ class Stream {
   std::mutex mu_;
   std::condition_variable workCv_;  // queue_ gained a task, or stopping_
   std::condition_variable doneCv_;  // completed_ grew, or the worker exited
-  std::deque<Task> queue_;
+  struct Item {
+    Task task;                   // or:
+    std::shared_ptr<Gate> gate;  // a gate
+  };
+  bool runnableLocked() const {  // the head can be taken: a task, or a gate already open
+    return !queue_.empty() && (!queue_.front().gate || queue_.front().gate->open);
+  }
+  std::deque<Item> queue_;
+  bool running_ = false;  // the worker is inside a task (popped, not yet counted)
+  using Watch = std::function<void()>;
+  std::multimap<uint64_t, Watch> watches_;  // by position: the due ones are a prefix
+  // Moves the watches that completed_ (or abandonment) satisfies into `due`.
+  void takeDueLocked(std::vector<Watch>& due);
+  static void fire(std::vector<Watch>& due);
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
   xdevError_t error_ = xdevSuccess;

@@ -170,6 +170,15 @@ XDEV_API xdevError_t xdevStreamGetPriority(xdevStream_t stream, int* priority); 
  * synchronise the stream it runs on. If it throws (C++), the stream records
  * xdevErrorLaunchFailure; later work on the stream still runs. */
 XDEV_API xdevError_t xdevLaunchHostFunc(xdevStream_t stream, xdevHostFn_t fn, void* userData);
+/* Holds (addition; CUDA expresses the same with cuStreamWaitValue32 on a flag the host
+ * writes): work queued on `stream` after xdevStreamHold waits until xdevHoldRelease(hold) is
+ * called, from any thread, exactly once (it frees the hold). A hold occupies no worker
+ * thread: the releasing thread advances the stream itself when nothing runs before it, so a
+ * host waiting on the stream wakes straight from the releaser. The collectives use one per
+ * operation: the stream's view of "the collective is done". */
+typedef struct xdevHold_st* xdevHold_t;
+XDEV_API xdevError_t xdevStreamHold(xdevStream_t stream, xdevHold_t* hold);
+XDEV_API xdevError_t xdevHoldRelease(xdevHold_t hold);
 
 /* ---- events ----
  * An event belongs to the device current when it is created; it marks "all work queued on
