@@ -8,7 +8,12 @@ taken on every rank and the slowest rank counts. After warm-up steps, the median
 steps is reported. Both models see the same data, so their parameters must stay equal
 (checked at the end: a guard that both backends really averaged the gradients).
 
-Usage: python bench/bench_ddp.py [--world-size 2] [--steps 100] [--json PATH]
+With --xccl-device xdev the xccl model lives on the simulated accelerator (rank i on xdev:i,
+DDP(device_ids=[i]), stream-ordered collectives) while the Gloo model stays on the cpu; an xdev
+step is timed to completion (torch.xdev.synchronize() before the clock stops).
+
+Usage: python bench/bench_ddp.py [--world-size 2] [--steps 100] [--xccl-device cpu|xdev]
+                                 [--json PATH]
 """
 import argparse
 import datetime
@@ -56,29 +61,40 @@ def ddp_worker(rank, world_size, port, q, a):
         torch.manual_seed(a.seed)
         base = SmallCNN(a.width, a.hidden)
         nparams = sum(p.numel() for p in base.parameters())
+        devices = {"xccl": torch.device("cpu"), "gloo": torch.device("cpu")}
+        if a.xccl_device == "xdev":
+            torch.xdev.set_device(rank % torch.xdev.device_count())
+            devices["xccl"] = torch.device("xdev", torch.xdev.current_device())
+        on_xdev = devices["xccl"].type == "xdev"
         models, opts = {}, {}
         for b in BACKENDS:
-            m = SmallCNN(a.width, a.hidden)
+            m = SmallCNN(a.width, a.hidden).to(devices[b])
             m.load_state_dict(base.state_dict())
-            models[b] = DDP(m, process_group=groups[b], bucket_cap_mb=a.bucket_cap_mb)
+            ids = [devices[b].index] if devices[b].type == "xdev" else None
+            models[b] = DDP(m, device_ids=ids, process_group=groups[b],
+                            bucket_cap_mb=a.bucket_cap_mb)
             opts[b] = torch.optim.SGD(models[b].parameters(), lr=a.lr, momentum=0.9)
         gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
         total = a.warmup + a.steps
-        data = [(torch.randn(a.batch, 3, 32, 32, generator=gen),
-                 torch.randint(0, 10, (a.batch,), generator=gen)) for _ in range(min(total, 8))]
+        cpu_data = [(torch.randn(a.batch, 3, 32, 32, generator=gen),
+                     torch.randint(0, 10, (a.batch,), generator=gen))
+                    for _ in range(min(total, 8))]
+        data = {b: [(x.to(devices[b]), y.to(devices[b])) for x, y in cpu_data] for b in BACKENDS}
         times = {b: [] for b in BACKENDS}
         losses = {b: [] for b in BACKENDS}
         dist.barrier(group=gloo)
         for step in range(total):
-            x, y = data[step % len(data)]
             order = BACKENDS if step % 2 == 0 else BACKENDS[::-1]
             for b in order:
                 m, opt = models[b], opts[b]
+                x, y = data[b][step % len(cpu_data)]
                 t0 = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(m(x), y)
                 loss.backward()       # DDP's allreduce of gradient buckets happens here
                 opt.step()
+                if on_xdev and b == "xccl":
+                    torch.xdev.synchronize()
                 dt = time.perf_counter() - t0
                 if step >= a.warmup:
                     times[b].append(dt)
@@ -87,9 +103,9 @@ def ddp_worker(rank, world_size, port, q, a):
         t = torch.tensor([times[b] for b in BACKENDS], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)
         # guard: same init + same data => same parameters for both backends, on every rank
-        diff = max((p1 - p2).abs().max().item() for p1, p2 in
+        diff = max((p1.cpu() - p2).abs().max().item() for p1, p2 in
                    zip(models["xccl"].parameters(), models["gloo"].parameters()))
-        flat = torch.cat([p.detach().reshape(-1) for p in models["xccl"].parameters()])
+        flat = torch.cat([p.detach().cpu().reshape(-1) for p in models["xccl"].parameters()])
         ref = flat.clone()
         dist.broadcast(ref, 0, group=gloo)
         rank_diff = (flat - ref).abs().max().item()
@@ -97,6 +113,7 @@ def ddp_worker(rank, world_size, port, q, a):
         dist.all_reduce(e, op=dist.ReduceOp.MAX, group=gloo)
         if rank == 0:
             res = {"world_size": world_size, "params": nparams,
+                   "xccl_device": a.xccl_device,
                    "grad_bytes": nparams * 4, "batch_per_rank": a.batch,
                    "warmup_steps": a.warmup, "timed_steps": a.steps,
                    "max_param_diff_xccl_vs_gloo": e[0].item(),
@@ -128,6 +145,8 @@ def main():
     p.add_argument("--width", type=int, default=32, help="channels of the first conv")
     p.add_argument("--hidden", type=int, default=256, help="hidden units of fc1")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--xccl-device", default="cpu", choices=["cpu", "xdev"],
+                   help="where the xccl model lives (the Gloo model is always on the cpu)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600, help="hard timeout for the launch (s)")
