@@ -44,7 +44,8 @@ def test_torchrun_demo():
 
 
 @pytest.mark.timeout(TIMEOUT + 20)
-def test_torch_distributed_launch_demo():
+@pytest.mark.parametrize("device", ["cpu", "xdev"])
+def test_torch_distributed_launch_demo(device):
     out = launch([sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2",
-                  f"--master_port={free_port()}", DEMO, "--steps", "6", "--device", "cpu"])
+                  f"--master_port={free_port()}", DEMO, "--steps", "6", "--device", device])
     check_demo_output(out, 6)
