@@ -143,3 +143,49 @@ TEST(XdevStreams, HostCommunicatorsRefuseStreams) {
 }
 
 }  // namespace
+
+namespace {
+
+// xcclCommInitAllConfig with deviceType xdev: one thread makes three ranks on xdev:0..2 and
+// drives all of them on their own streams (enqueueing never blocks), then waits on the streams.
+TEST(XdevStreams, InitAllConfigMakesStreamOrderedRanksOneThreadDrives) {
+  const int n = 3;
+  xcclConfig_t cfg{};
+  cfg.deviceType = xcclDeviceXdev;
+  cfg.timeout_ms = 30000;
+  std::vector<xcclComm_t> comms(n, nullptr);
+  check(xcclCommInitAllConfig(comms.data(), n, nullptr, &cfg), nullptr);
+  std::vector<xdevStream_t> streams(n);
+  std::vector<float*> bufs(n);
+  const size_t count = 4096;
+  for (int r = 0; r < n; ++r) {
+    xcheck(xdevSetDevice(r), "xdevSetDevice");
+    xcheck(xdevStreamCreate(&streams[r]), "xdevStreamCreate");
+    xcheck(xdevMalloc(reinterpret_cast<void**>(&bufs[r]), count * sizeof(float)), "xdevMalloc");
+    std::vector<float> host(count, float(r + 1));
+    xcheck(xdevMemcpyAsync(bufs[r], host.data(), count * sizeof(float), xdevMemcpyHostToDevice,
+                           streams[r]),
+           "xdevMemcpyAsync");
+    xcheck(xdevStreamSynchronize(streams[r]), "xdevStreamSynchronize");
+  }
+  for (int r = 0; r < n; ++r) {
+    check(xcclAllReduce(bufs[r], bufs[r], count, xcclFloat32, xcclSum, comms[r], streams[r]),
+          comms[r]);
+  }
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> out(count, 0.0f);
+    xcheck(xdevSetDevice(r), "xdevSetDevice");
+    xcheck(xdevMemcpyAsync(out.data(), bufs[r], count * sizeof(float), xdevMemcpyDeviceToHost,
+                           streams[r]),
+           "xdevMemcpyAsync");  // queued behind the collective's hold
+    xcheck(xdevStreamSynchronize(streams[r]), "xdevStreamSynchronize");
+    EXPECT_EQ(out[0], 6.0f);
+    EXPECT_EQ(out[count - 1], 6.0f);
+    xcheck(xdevFree(bufs[r]), "xdevFree");
+    xcheck(xdevStreamDestroy(streams[r]), "xdevStreamDestroy");
+  }
+  for (xcclComm_t c : comms) check(xcclCommDestroy(c), nullptr);
+  xcheck(xdevSetDevice(0), "xdevSetDevice");
+}
+
+}  // namespace

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -101,7 +102,8 @@ void validate(const Options& o, int nranks) {
 
 // Runs ranks [first, first + n) as threads. If a rank fails, the others get 15 s to notice
 // (the out-of-band server disconnects them) before the process gives up on them.
-int runThreads(const Options& o, const RankSetup& base, int first, int n, int deviceBase) {
+int runThreads(const Options& o, const RankSetup& base, int first, int n, int deviceBase,
+               const std::vector<xcclComm_t>* comms = nullptr) {
   std::mutex mu;
   std::condition_variable cv;
   int done = 0, worst = 0;
@@ -111,6 +113,7 @@ int runThreads(const Options& o, const RankSetup& base, int first, int n, int de
     RankSetup s = base;
     s.rank = first + t;
     s.device = deviceBase + t;
+    if (comms != nullptr) s.comm = (*comms)[t];
     threads.emplace_back([&, s] {
       int code = xt::runRank(o, s);
       std::lock_guard<std::mutex> lock(mu);
@@ -236,10 +239,14 @@ int main(int argc, char** argv) {
     die(xt::kExitUsage, std::string("-p cannot be combined with a launcher (") + l.source +
                             " started " + std::to_string(l.world) + " processes already)");
   }
+  if (o.ngpus > 1 && (multiHost || o.nprocs > 1 || o.nthreads > 1)) {
+    die(xt::kExitUsage, "-g makes every rank of the run in this process: use it alone, "
+                        "without -t, -p or a launcher");
+  }
   int procs = multiHost ? l.world : o.nprocs;
   o.nprocs = procs;  // the header reports processes, however they were started
   if (multiHost) o.launcher = l.source;
-  int nranks = procs * o.nthreads;
+  int nranks = procs * o.nthreads * o.ngpus;
   validate(o, nranks);
 
   RankSetup base;
@@ -258,6 +265,22 @@ int main(int argc, char** argv) {
     if (o.nprocs > 1) {
       o.launcher = "fork (-p)";
       code = runProcesses(o, base, fd, server);
+    } else if (o.ngpus > 1) {
+      // One xcclCommInitAll makes all the ranks (as ncclCommInitAll); a thread drives each.
+      xcclConfig_t cfg;
+      std::memset(&cfg, 0, sizeof cfg);
+      cfg.timeout_ms = static_cast<int64_t>(o.timeoutSec) * 1000;
+      cfg.name = "xccl-tests";
+      if (o.device == "xdev") cfg.deviceType = xcclDeviceXdev;
+      std::vector<xcclComm_t> comms(o.ngpus, nullptr);
+      xcclResult_t r = xcclCommInitAllConfig(comms.data(), o.ngpus, nullptr, &cfg);
+      if (r != xcclSuccess) {
+        die(xt::kExitFailure, std::string("xcclCommInitAllConfig failed: ") +
+                                  xcclGetErrorString(r) + ": " + xcclGetLastError(nullptr));
+      }
+      o.launcher = "xcclCommInitAll (-g)";
+      server.start();
+      code = runThreads(o, base, 0, o.ngpus, 0, &comms);
     } else {
       server.start();
       code = runThreads(o, base, 0, o.nthreads, 0);

@@ -146,6 +146,10 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        [&o](const std::string& v) { o.jsonFile = v; }},
       {'t', "nthreads", "N", "ranks as threads per process, default 1",
        [&o](const std::string& v) { o.nthreads = static_cast<int>(toInt("-t", v, 1, 1024)); }},
+      {'g', "ngpus", "N",
+       "N ranks in this process on devices 0..N-1, their communicators made by one "
+       "xcclCommInitAll (a thread drives each); alone, without -t or -p; default 1",
+       [&o](const std::string& v) { o.ngpus = static_cast<int>(toInt("-g", v, 1, 1024)); }},
       {'p', "nprocs", "N", "fork N processes on this host (each with -t threads), default 1",
        [&o](const std::string& v) { o.nprocs = static_cast<int>(toInt("-p", v, 1, 1024)); }},
       {'T', "timeout", "SEC",

@@ -35,6 +35,7 @@ struct Options {
   std::string jsonFile;
   int nthreads = 1;
   int nprocs = 1;
+  int ngpus = 1;  // -g: ranks of this process made by one xcclCommInitAllConfig (one device each)
   int timeoutSec = 300;
   uint64_t seed = 1;
   bool conformance = false;

@@ -122,6 +122,7 @@ class RankRunner {
 
  private:
   void init();
+  void announce(int device);  // the header line of this rank, gathered for rank 0
   void call(xcclResult_t r, const std::string& what) const;
   void waitAll();
   void xcheck(int xdevError, const char* what) const;
@@ -181,6 +182,16 @@ void RankRunner::issueOrThrow(const OpArgs& a, const void* send, void* recv) {
 
 void RankRunner::init() {
   oob_.connect(s_.oobHost, s_.oobPort, s_.rank, s_.nranks, s_.oobTimeoutSec);
+  xdev_ = opt_.device == "xdev";
+  if (s_.comm != nullptr) {  // -g: xcclCommInitAllConfig made it on device s_.device
+    comm_ = s_.comm;
+    if (xdev_) {
+      xcheck(xdevSetDevice(s_.device), "xdevSetDevice");
+      xcheck(xdevStreamCreate(&stream_), "xdevStreamCreate");
+    }
+    announce(s_.device);
+    return;
+  }
   xcclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (s_.rank == 0) call(xcclGetUniqueId(&id), "xcclGetUniqueId");
@@ -193,7 +204,6 @@ void RankRunner::init() {
   cfg.timeout_ms = static_cast<int64_t>(opt_.timeoutSec) * 1000;
   cfg.device = s_.device;
   cfg.name = "xccl-tests";
-  xdev_ = opt_.device == "xdev";
   if (xdev_) {
     int count = 0;
     xcheck(xdevGetDeviceCount(&count), "xdevGetDeviceCount");
@@ -203,9 +213,13 @@ void RankRunner::init() {
     xcheck(xdevStreamCreate(&stream_), "xdevStreamCreate");
   }
   call(xcclCommInitRankConfig(&comm_, s_.nranks, id, s_.rank, &cfg), "xcclCommInitRankConfig");
+  announce(cfg.device);
+}
+
+void RankRunner::announce(int device) {
   char line[512];
   std::snprintf(line, sizeof line, "Rank %3d Group %3d Pid %7d on %12s device %3d [%s]", s_.rank,
-                s_.group, static_cast<int>(getpid()), hostName().c_str(), cfg.device,
+                s_.group, static_cast<int>(getpid()), hostName().c_str(), device,
                 xdev_ ? "xdev" : getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE") : "host");
   rankLines_ = oob_.allgather(line);
 }

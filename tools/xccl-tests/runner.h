@@ -2,6 +2,8 @@
 // sweep or conformance matrix) and, on global rank 0, prints the nccl-tests style report.
 #pragma once
 
+#include "xccl.h"
+
 #include <string>
 
 #include "options.h"
@@ -13,6 +15,7 @@ struct RankSetup {
   int nranks = 1;
   int group = 0;    // process index (the "Group" of the header)
   int device = -1;  // xcclConfig_t::device
+  xcclComm_t comm = nullptr;  // -g: made already (xcclCommInitAllConfig); else the rank makes it
   std::string oobHost;
   int oobPort = 0;
   int oobTimeoutSec = 300;

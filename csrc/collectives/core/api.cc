@@ -244,6 +244,11 @@ xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank, const
 }
 
 xcclResult_t xcclCommInitAll(xcclComm_t* comms, int ndev, const int* devlist) {
+  return xcclCommInitAllConfig(comms, ndev, devlist, nullptr);
+}
+
+xcclResult_t xcclCommInitAllConfig(xcclComm_t* comms, int ndev, const int* devlist,
+                                   const xcclConfig_t* config) {
   return guarded("xcclCommInitAll", [&] {
     XCCL_CHECK_ARG(comms != nullptr, "comms is NULL");
     XCCL_CHECK_ARG(ndev > 0, "ndev ", ndev, " must be positive");
@@ -253,8 +258,11 @@ xcclResult_t xcclCommInitAll(xcclComm_t* comms, int ndev, const int* devlist) {
                        devlist[i], ": devices must be distinct and non-negative");
       }
     }
+    const xcclConfig_t base = config != nullptr ? *config : xcclConfig_t{};
     // A bad device fails here, before any rank waits for another.
-    for (int i = 0; i < ndev; ++i) getDevice(devlist != nullptr ? devlist[i] : i);
+    for (int i = 0; i < ndev; ++i) {
+      getDevice(deviceKind(base.deviceType), devlist != nullptr ? devlist[i] : i);
+    }
     // Initialisation is collective: every rank connects to every other, so each runs on
     // its own thread against one in-memory store.
     auto store = makeMemoryStore();
@@ -264,7 +272,7 @@ xcclResult_t xcclCommInitAll(xcclComm_t* comms, int ndev, const int* devlist) {
     std::vector<std::thread> threads;
     for (int i = 0; i < ndev; ++i) {
       threads.emplace_back([&, i] {
-        xcclConfig_t cfg{};
+        xcclConfig_t cfg = base;
         cfg.device = devlist != nullptr ? devlist[i] : i;
         try {
           initComm(&made[i], ndev, i, *store, secret, &cfg);

@@ -20,7 +20,6 @@ XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20)
 // BENCHMARKS.md); raise it only when cores outnumber ranks.
 XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
 
-namespace {
 const char* deviceKind(xcclDeviceType_t type) {
   switch (type) {
     case xcclDeviceDefault:
@@ -32,7 +31,6 @@ const char* deviceKind(xcclDeviceType_t type) {
   }
   throw Error(xcclInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
 }
-}  // namespace
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
            const xcclConfig_t& config)

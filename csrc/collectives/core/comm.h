@@ -41,6 +41,9 @@ struct OpEntry {
   void* holdToken = nullptr;    // the stream's work after it waits on this (streamHold)
 };
 
+// The device kind getDevice() takes for a configured device type ("" = XCCL_DEVICE).
+const char* deviceKind(xcclDeviceType_t type);
+
 class Comm {
  public:
   // Rendezvous through `store`, connect to every peer, start the progress thread.

@@ -139,6 +139,10 @@ XCCL_API xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int ra
  * rendezvous in memory; every communicator has its own progress thread. On failure no
  * communicator is left behind. */
 XCCL_API xcclResult_t xcclCommInitAll(xcclComm_t* comms, int ndev, const int* devlist);
+/* The same with a configuration for every rank (its `device` is replaced by devlist[i]),
+ * e.g. deviceType = xcclDeviceXdev. config NULL: as xcclCommInitAll. */
+XCCL_API xcclResult_t xcclCommInitAllConfig(xcclComm_t* comms, int ndev, const int* devlist,
+                                            const xcclConfig_t* config);
 /* Waits for enqueued work (up to the comm's timeout), then frees everything. */
 XCCL_API xcclResult_t xcclCommDestroy(xcclComm_t comm);
 /* Stops at once: pending operations fail, peers see the closure (and fail fast instead
