@@ -4,7 +4,7 @@
 // communicator (xccl.h is the only libxccl interface used). It lives in our own namespace:
 // the torch headers already declare c10d::ProcessGroupXCCL (Intel's XPU backend).
 //
-// Life of an operation:
+// Life of an operation on cpu tensors (the host communicator):
 //   caller thread: check arguments -> stage (contiguous copies, flat buffers) -> enqueue on the
 //                  communicator -> xcclEventRecord -> WorkXCCL (holds event, inputs, outputs)
 //   completion thread (one per backend): waits the events in enqueue order, runs the work's
@@ -12,10 +12,16 @@
 //                  its c10::ivalue::Future complete (DDP's comm-hook futures rely on this).
 //   Work::wait(): waits the same event on the caller's thread (whichever side sees completion
 //                  first runs the post step; it runs exactly once).
+// On xdev tensors (the group's device communicator, ProcessGroupNCCL semantics): the
+// communication stream waits for the caller's stream, the tensors are recorded on it, the
+// collective and the post step are queued on it, then an end event; the future is
+// device-aware and complete at launch; wait() makes the caller's stream wait for the end
+// event; the completion thread watches for failures (docs/PLUGIN.md).
 //
 // Files: Utils (knobs, errors, checks, staging, store adapter), Work (WorkXCCL, CommState),
 // ProcessGroupXCCL.cpp (construction, launch, completion thread, coalescing), Collectives,
-// DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), Bindings (the pybind11 module).
+// DeviceComms (the xdev communicator, eager init, split), DeviceStreams (xdev streams and
+// events), DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), Bindings (the pybind11 module).
 #pragma once
 
 #include <atomic>
