@@ -117,21 +117,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     // Memory safety comes from recordStream (below), as with NCCL: the Work does not hold
     // the inputs and staging buffers, so the allocator test in the suite can catch a miss.
     for (const auto& t : outputs) recordStream(t, *dc->stream);
-    for (const auto& t : keepAlive) recordStream(t, *dc->stream);
+    for (const auto& t : keepAlive) {
+      // a contiguous output is its own staging buffer: recorded once
+      bool isOutput = std::any_of(outputs.begin(), outputs.end(),
+                                  [&](const at::Tensor& o) { return o.is_same(t); });
+      if (!isOutput) recordStream(t, *dc->stream);
+    }
     keepAlive.clear();
   }
+  // A barrier, and a receive whose source the caller asks for, block the host in wait().
+  const bool hostBlocking = type == c10d::OpType::BARRIER || type == c10d::OpType::RECVANYSOURCE;
   auto work = c10::make_intrusive<WorkXCCL>(
       getRank(), type, opName, seq_.load() + 1, std::move(outputs), std::move(keepAlive),
-      onDev ? nullptr : std::move(post), opTimeout(timeout), dc->state, blockingWait_,
-      errorMode_);
+      onDev ? nullptr : std::move(post), opTimeout(timeout), dc->state, blockingWait_, errorMode_,
+      dc->stream, onDev && hostBlocking);
   if (extra.peerSlot != nullptr) {
     *extra.peerSlot = work->peerSlot();
     work->setPeerIsOutput(true);
-  }
-  // A barrier, and a receive whose source the caller asks for, block the host in wait().
-  if (onDev) {
-    work->setDevice(*dc->stream,
-                    type == c10d::OpType::BARRIER || type == c10d::OpType::RECVANYSOURCE);
   }
   {
     std::lock_guard<std::mutex> g(dc->state->enqueueMu);
@@ -327,8 +329,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
   auto end = c10::make_intrusive<WorkXCCL>(
       getRank(), c10d::OpType::COALESCED, "coalesced", seq_.load(), outputs,
       std::vector<at::Tensor>{}, nullptr, opTimeout(kNoTimeout), dc->state, blockingWait_,
-      errorMode_);
-  if (dc->stream) end->setDevice(*dc->stream, false);
+      errorMode_, dc->stream);
   works.push_back(end);
   {
     std::lock_guard<std::mutex> g(dc->state->enqueueMu);

@@ -142,7 +142,8 @@ class WorkXCCL : public c10d::Work {
   WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq,
            std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive,
            std::function<void()> post, std::chrono::milliseconds timeout,
-           std::shared_ptr<CommState> comm, bool blockingWait, AsyncErrorMode errorMode);
+           std::shared_ptr<CommState> comm, bool blockingWait, AsyncErrorMode errorMode,
+           std::optional<c10::Stream> stream = std::nullopt, bool hostBlocking = false);
   ~WorkXCCL() override = default;
 
   bool isCompleted() override;
@@ -164,11 +165,10 @@ class WorkXCCL : public c10d::Work {
   std::chrono::steady_clock::time_point deadline() const { return deadline_; }
   // Runs the post step (once) and completes the Work and its future.
   void complete(std::exception_ptr error);
-  // Device operations: ordered on `stream`, done when `end` passes (set at launch). The
-  // future is device-aware (as ProcessGroupNCCL's): marked complete at launch with an event
-  // on the communication stream, so its callbacks and waits order streams, not the host.
-  // hostBlocking: wait() blocks the host too (barrier, as NCCL's).
-  void setDevice(const c10::Stream& stream, bool hostBlocking);
+  // Device operations (constructed with their communication stream): done when `end`
+  // passes (set at launch). The future is device-aware (as ProcessGroupNCCL's): marked
+  // complete at launch with an event on the communication stream, so its callbacks and
+  // waits order streams, not the host. hostBlocking: wait() blocks the host too (barrier).
   void setEnd(std::shared_ptr<DeviceEvent> end);
   bool onDevice() const { return stream_.has_value(); }
   // Progress of the operation, optionally blocking up to waitMs.
@@ -183,6 +183,8 @@ class WorkXCCL : public c10d::Work {
 
  private:
   std::exception_ptr makeError(xcclResult_t r, const std::string& what) const;
+  // The caller's current stream waits for the end event (device operations).
+  void orderCurrentStream();
   // Completes from a poll result (kRunning: nothing). Returns whether the work is done.
   bool settle(Status st, xcclResult_t r, const std::string& detail);
 

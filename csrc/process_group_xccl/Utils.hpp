@@ -16,7 +16,6 @@
 
 #include "ProcessGroupXCCL.hpp"
 #include "xccl.h"
-#include "DeviceStreams.hpp"
 
 namespace torch_xccl {
 

@@ -32,7 +32,8 @@ void CommState::close(const std::string& why, bool destroy) {
 WorkXCCL::WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq,
                    std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive,
                    std::function<void()> post, std::chrono::milliseconds timeout,
-                   std::shared_ptr<CommState> comm, bool blockingWait, AsyncErrorMode errorMode)
+                   std::shared_ptr<CommState> comm, bool blockingWait, AsyncErrorMode errorMode,
+                   std::optional<c10::Stream> stream, bool hostBlocking)
     : c10d::Work(rank, type, nullptr, std::nullopt),
       opName_(opName),
       seq_(seq),
@@ -44,21 +45,18 @@ WorkXCCL::WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq
       comm_(std::move(comm)),
       blockingWait_(blockingWait),
       errorMode_(errorMode),
-      future_(
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-}
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()),
+          stream ? std::vector<c10::Device>{stream->device()} : std::vector<c10::Device>{})),
+      stream_(stream),
+      hostBlocking_(hostBlocking) {}
 
 void WorkXCCL::setEvent(const xcclEvent_t& ev) {
   event_ = ev;
   hasEvent_.store(true);
 }
 
-void WorkXCCL::setDevice(const c10::Stream& stream, bool hostBlocking) {
-  stream_ = stream;
-  hostBlocking_ = hostBlocking;
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                     std::vector<c10::Device>{stream.device()});
-}
+void WorkXCCL::orderCurrentStream() { end_->block(currentStream(stream_->device())); }
 
 // Called with the communication stream current (finishOnStream): the future records its
 // event there, after the operation.
@@ -181,7 +179,7 @@ bool WorkXCCL::wait(std::chrono::milliseconds timeout) {
       settle(poll(0, r, detail), r, detail);
     }
     if (auto e = exception()) std::rethrow_exception(e);
-    end_->block(currentStream(stream_->device()));
+    orderCurrentStream();
     return true;
   }
   if (!done_.load()) {
@@ -211,7 +209,7 @@ bool WorkXCCL::wait(std::chrono::milliseconds timeout) {
   }
   auto e = exception();
   if (e) std::rethrow_exception(e);
-  if (end_) end_->block(currentStream(stream_->device()));
+  if (end_) orderCurrentStream();
   return true;
 }
 
@@ -219,7 +217,7 @@ bool WorkXCCL::wait(std::chrono::milliseconds timeout) {
 // not); on the host communicator, the operation is waited for.
 void WorkXCCL::synchronize() {
   if (onDevice() && end_) {
-    end_->block(currentStream(stream_->device()));
+    orderCurrentStream();
     return;
   }
   wait(kNoTimeout);

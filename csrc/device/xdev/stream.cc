@@ -35,6 +35,17 @@ void Stream::takeDueLocked(std::vector<Watch>& due) {
   }
 }
 
+void Stream::countOneLocked(std::unique_lock<std::mutex>& lock) {
+  ++completed_;
+  doneCv_.notify_all();
+  std::vector<Watch> due;
+  takeDueLocked(due);
+  if (due.empty()) return;
+  lock.unlock();  // a watch takes another stream's lock
+  fire(due);
+  lock.lock();
+}
+
 void Stream::fire(std::vector<Watch>& due) {
   for (auto& w : due) w();
   due.clear();
@@ -64,12 +75,8 @@ uint64_t Stream::enqueue(Task task) {
     lock.unlock();
     bool ok = runTask(task, id_);
     lock.lock();
-    ++completed_;
     if (!ok) error_ = xdevErrorLaunchFailure;
-    std::vector<Watch> due;
-    takeDueLocked(due);
-    lock.unlock();
-    fire(due);
+    countOneLocked(lock);
     return pos;
   }
   XDEV_REQUIRE(!stopping_, xdevErrorInvalidResourceHandle, "stream ", id_, " is being destroyed");
@@ -196,33 +203,16 @@ void Stream::run() {
     if (!runnableLocked()) break;  // stopping, and nothing left
     Item item = std::move(queue_.front());
     queue_.pop_front();
-    std::vector<Watch> due;
-    if (item.gate) {  // released while a task before it ran
-      ++completed_;
-      doneCv_.notify_all();
-      takeDueLocked(due);
-      if (!due.empty()) {
-        lock.unlock();
-        fire(due);
-        lock.lock();
-      }
-      continue;
-    }
-    running_ = true;
-    lock.unlock();
-    bool ok = runTask(item.task, id_);
-    item.task = nullptr;  // release what it captured before the position counts as done
-    lock.lock();
-    running_ = false;
-    if (!ok) error_ = xdevErrorLaunchFailure;
-    ++completed_;
-    doneCv_.notify_all();
-    takeDueLocked(due);
-    if (!due.empty()) {
+    if (!item.gate) {  // a gate here was released while a task before it ran: just count it
+      running_ = true;
       lock.unlock();
-      fire(due);
+      bool ok = runTask(item.task, id_);
+      item.task = nullptr;  // release what it captured before the position counts as done
       lock.lock();
+      running_ = false;
+      if (!ok) error_ = xdevErrorLaunchFailure;
     }
+    countOneLocked(lock);
   }
   exited_ = true;
   doneCv_.notify_all();

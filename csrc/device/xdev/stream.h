@@ -97,6 +97,8 @@ class Stream {
   // Moves the watches that completed_ (or abandonment) satisfies into `due`.
   void takeDueLocked(std::vector<Watch>& due);
   static void fire(std::vector<Watch>& due);
+  // One more position done: wakes waiters and runs the watches it satisfies (unlocked).
+  void countOneLocked(std::unique_lock<std::mutex>& lock);
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
   xdevError_t error_ = xdevSuccess;
