@@ -79,4 +79,10 @@ Device& getDevice(const std::string& requested, int ordinal) {
 
 Device& getDevice(int ordinal) { return getDevice("", ordinal); }
 
+void* Device::openShared(const std::string&, int, size_t) {
+  throw InvalidUsage(strCat("device ", name(), " cannot map a peer's shared memory"));
+}
+
+void Device::closeShared(void*, size_t, bool) {}
+
 }  // namespace xccl

@@ -71,6 +71,18 @@ class Device {
   virtual void streamRelease(void* token) = 0;
   virtual void* streamHold(xcclStream_t stream) { return nullptr; }
   virtual void streamResume(void* token) {}
+
+  // Device memory another process of this host can map (CUDA IPC; for the host device a
+  // memfd): what the shared-memory transport puts its payload rings in, so that data moves
+  // device to device without a stop in host memory. allocShared() returns nullptr when the
+  // device cannot share memory; otherwise the memory and, in *handle, the text a peer passes
+  // to openShared() (with this process's pid). closeShared() releases either kind.
+  // prefersSharedRings(): payload rings in shared device memory beat host staging rings
+  // (devices whose memory the host cannot address at full speed).
+  virtual bool prefersSharedRings() const { return false; }
+  virtual void* allocShared(size_t bytes, std::string* handle) { return nullptr; }
+  virtual void* openShared(const std::string& handle, int ownerPid, size_t bytes);
+  virtual void closeShared(void* ptr, size_t bytes, bool owner);
 };
 
 // A device by kind ("host", "xdev"; "" = XCCL_DEVICE, default host) and ordinal (< 0: the

@@ -308,10 +308,10 @@ bool Exchange::progressSend(int peer) {
     size_t want = std::min(m.bytes - m.done, sliceBytes_);
     if (m.after) want = std::min(want, m.after->done - m.done);  // only what has landed
     if (want == 0) return false;
-    size_t got = c->reserveSend(&win, want);
+    size_t got = c->reserveSendPayload(&win, want);
     if (got == 0) return false;
     device_.copy(win, m.src + m.done, got, CopyKind::kDeviceToStaging);
-    c->commitSend(got);
+    c->commitSendPayload(got);
     m.done += got;
     moved = true;
     if (m.done < m.bytes) return true;
@@ -321,10 +321,10 @@ bool Exchange::progressSend(int peer) {
   // leaves right after consuming it must not fail us).
   m.phase = Phase::kPad;
   if (m.padLeft > 0) {
-    size_t got = c->reserveSend(&win, m.padLeft);
+    size_t got = c->reserveSendPayload(&win, m.padLeft);
     if (got == 0) return moved;
-    std::memset(win, 0, got);
-    c->commitSend(got);
+    if (!c->payloadLane()) std::memset(win, 0, got);  // a lane's window is device memory
+    c->commitSendPayload(got);
     m.padLeft -= got;
     if (m.padLeft > 0) return true;
   }
@@ -400,7 +400,7 @@ bool Exchange::progressRecv(int peer) {
   }
   if (m.phase == Phase::kPayload && m.done < m.bytes) {
     if (moved) return true;  // one piece per visit
-    size_t avail = c->peekRecv(&win);
+    size_t avail = c->peekRecvPayload(&win);
     size_t n = std::min({avail, m.bytes - m.done, sliceBytes_});
     n -= n % m.esize;
     if (n == 0) return false;
@@ -411,7 +411,7 @@ bool Exchange::progressRecv(int peer) {
                    streamingStores_ && !m.forwarded ? CopyKind::kStagingToDeviceNoReuse
                                                     : CopyKind::kStagingToDevice);
     }
-    c->consumeRecv(n);
+    c->consumeRecvPayload(n);
     m.done += n;
     moved = true;
     if (m.done < m.bytes) return true;
@@ -419,9 +419,9 @@ bool Exchange::progressRecv(int peer) {
   // Every payload byte is in: skip the pad and complete in this visit.
   m.phase = Phase::kPad;
   if (m.padLeft > 0) {
-    size_t n = std::min(c->peekRecv(&win), m.padLeft);
+    size_t n = std::min(c->peekRecvPayload(&win), m.padLeft);
     if (n == 0) return moved;
-    c->consumeRecv(n);
+    c->consumeRecvPayload(n);
     m.padLeft -= n;
     if (m.padLeft > 0) return true;
   }

@@ -95,7 +95,7 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   std::map<int, std::unique_ptr<shm::OutgoingRing>> rings;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank || !local[p]) continue;
-    rings[p] = std::make_unique<shm::OutgoingRing>(rank, p, secret);
+    rings[p] = std::make_unique<shm::OutgoingRing>(rank, p, secret, device);
     store.set(strCat("shm/", rank, "/", p), rings[p]->describe());
   }
 

@@ -33,6 +33,17 @@ class Connection {
   virtual size_t peekRecv(const void** window) = 0;
   // Releases `bytes` bytes at the start of the last peeked window.
   virtual void consumeRecv(size_t bytes) = 0;
+  // The payload lane: payload bytes and their pads (never frame headers) go through these.
+  // By default they are the byte stream above. A transport may carry payloads apart, in
+  // memory only the device touches (the shared-memory transport's rings in shared device
+  // memory): then payloadLane() is true for the sending side, windows are device memory that
+  // the engine reaches through the Device only, and the lane stays 64-byte aligned because
+  // every payload is padded there. Both ends see the same split for each direction.
+  virtual bool payloadLane() const { return false; }
+  virtual size_t reserveSendPayload(void** window, size_t want) { return reserveSend(window, want); }
+  virtual void commitSendPayload(size_t bytes) { commitSend(bytes); }
+  virtual size_t peekRecvPayload(const void** window) { return peekRecv(window); }
+  virtual void consumeRecvPayload(size_t bytes) { consumeRecv(bytes); }
   // Moves bytes between user-space rings and the wire (TCP); no-op for shared memory.
   // Returns true when anything moved. A peer that left is not an error here (what it sent
   // before leaving stays readable): see peerGone(). Throws only for a broken connection

@@ -51,6 +51,39 @@ void* HostDevice::alloc(size_t bytes) {
 
 void HostDevice::free(void* ptr) { std::free(ptr); }
 
+void* HostDevice::allocShared(size_t bytes, std::string* handle) {
+  SharedMapping m = createSharedMapping(bytes, "xccl-host-shared");
+  *handle = std::to_string(m.fd);
+  std::lock_guard<std::mutex> g(sharedMu_);
+  shared_[m.base] = m;
+  return m.base;
+}
+
+void* HostDevice::openShared(const std::string& handle, int ownerPid, size_t bytes) {
+  char* end = nullptr;
+  long fd = std::strtol(handle.c_str(), &end, 10);
+  if (handle.empty() || *end != '\0' || fd < 0) {
+    throw RemoteError(strCat("host device: malformed shared-memory handle '", handle.substr(0, 32),
+                             "'"));
+  }
+  SharedMapping m = openSharedMapping(ownerPid, fd, bytes, "a peer's shared host memory");
+  std::lock_guard<std::mutex> g(sharedMu_);
+  shared_[m.base] = m;
+  return m.base;
+}
+
+void HostDevice::closeShared(void* ptr, size_t, bool) {
+  SharedMapping m;
+  {
+    std::lock_guard<std::mutex> g(sharedMu_);
+    auto it = shared_.find(ptr);
+    if (it == shared_.end()) return;
+    m = it->second;
+    shared_.erase(it);
+  }
+  closeSharedMapping(m);
+}
+
 namespace {
 
 // memcpy with non-temporal stores: written lines go to memory without first being read

@@ -3,6 +3,10 @@
 // reference the other devices are checked against.
 #pragma once
 
+#include <map>
+#include <mutex>
+
+#include "common/shared_memory.h"
 #include "device/device.h"
 
 namespace xccl {
@@ -26,6 +30,11 @@ class HostDevice : public Device {
              const void* scalar) override;
   void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) override;
 
+  // Shareable memory is a memfd mapping; the handle is its fd number.
+  void* allocShared(size_t bytes, std::string* handle) override;
+  void* openShared(const std::string& handle, int ownerPid, size_t bytes) override;
+  void closeShared(void* ptr, size_t bytes, bool owner) override;
+
   // The host device has no streams: a stream argument is a caller's mistake.
   void* streamCapture(xcclStream_t stream) override;
   void streamWait(void*) override {}
@@ -33,6 +42,8 @@ class HostDevice : public Device {
 
  private:
   int ordinal_;
+  std::mutex sharedMu_;
+  std::map<void*, SharedMapping> shared_;  // allocShared / openShared mappings by address
 };
 
 }  // namespace xccl

@@ -1,10 +1,7 @@
 #include "connection.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "common/shared_memory.h"
 #include "device/device.h"
 
 namespace xccl {
@@ -24,14 +22,21 @@ namespace shm {
 
 // Bytes in each shared-memory ring (one per direction per pair); a multiple of 64.
 XCCL_PARAM(ShmBuffsize, "SHM_BUFFSIZE", 1 << 20)
+// Payload lanes in shareable device memory: -1 = where the device prefers them (CUDA),
+// 0 = never, 1 = wherever the device can share memory (the host device too: tests).
+XCCL_PARAM(ShmLane, "SHM_LANE", -1)
+// Bytes in each payload lane; a multiple of 64. Large, so that a device copy per window
+// amortises its launch and synchronization.
+XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20)
 
 namespace {
 
 constexpr uint64_t kMagic = 0x58434c4c53484d31ull;  // "XCLLSHM1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHeaderBytes = 4096;  // the ring starts page-aligned
 constexpr size_t kMaxSecret = 128;
 constexpr size_t kMaxRing = size_t(1) << 30;
+constexpr size_t kMaxHandle = 256;
 enum Side { kCreator = 0, kOpener = 1 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring counters must be lock-free");
@@ -42,59 +47,61 @@ struct Header {
   uint32_t version;
   uint32_t secretLen;
   uint64_t ringBytes;
+  uint64_t laneBytes;  // 0: no payload lane
   int32_t creatorPid, creatorRank, openerRank, pad;
   unsigned char secret[kMaxSecret];
   alignas(64) std::atomic<uint32_t> closed[2];  // indexed by Side
   alignas(64) std::atomic<uint64_t> head;       // written by the producer (creator)
   alignas(64) std::atomic<uint64_t> tail;       // written by the consumer (opener)
+  alignas(64) std::atomic<uint64_t> laneHead;   // the payload lane's, likewise
+  alignas(64) std::atomic<uint64_t> laneTail;
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "header must fit its page");
 
+bool laneWanted(Device& device) {
+  int64_t mode = xcclParamShmLane();
+  return mode > 0 || (mode < 0 && device.prefersSharedRings());
+}
+
 }  // namespace
 
-// One mapped memfd. Owns the fd and the mapping.
+// One mapped memfd, and the payload lane when there is one (device memory: owned when this
+// process created it, mapped from the peer otherwise).
 class Segment {
  public:
-  Segment(int fd, void* base, size_t bytes) : fd_(fd), base_(base), bytes_(bytes) {}
+  explicit Segment(SharedMapping m) : map_(m) {}
   ~Segment() {
-    munmap(base_, bytes_);
-    ::close(fd_);
+    if (lane_ != nullptr) device_->closeShared(lane_, header()->laneBytes, laneOwner_);
+    closeSharedMapping(map_);
   }
-  Header* header() const { return static_cast<Header*>(base_); }
-  char* ring() const { return static_cast<char*>(base_) + kHeaderBytes; }
-  size_t ringBytes() const { return bytes_ - kHeaderBytes; }
-  int fd() const { return fd_; }
+  Header* header() const { return static_cast<Header*>(map_.base); }
+  char* ring() const { return static_cast<char*>(map_.base) + kHeaderBytes; }
+  size_t ringBytes() const { return map_.bytes - kHeaderBytes; }
+  int fd() const { return map_.fd; }
+  char* lane() const { return static_cast<char*>(lane_); }
+  void setLane(void* lane, Device* device, bool owner) {
+    lane_ = lane;
+    device_ = device;
+    laneOwner_ = owner;
+  }
 
  private:
-  int fd_;
-  void* base_;
-  size_t bytes_;
+  SharedMapping map_;
+  void* lane_ = nullptr;
+  Device* device_ = nullptr;
+  bool laneOwner_ = false;
 };
 
-OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret) {
+OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret, Device& device) {
   int64_t ring = xcclParamShmBuffsize();
   XCCL_CHECK(ring >= 256 && ring % 64 == 0 && static_cast<uint64_t>(ring) <= kMaxRing,
              "XCCL_SHM_BUFFSIZE=", ring, " must be a multiple of 64 between 256 and ", kMaxRing);
   XCCL_CHECK(secret.size() <= kMaxSecret, "secret of ", secret.size(), " bytes is too long");
-  size_t bytes = kHeaderBytes + static_cast<size_t>(ring);
-  int fd = memfd_create("xccl-shm-ring", MFD_CLOEXEC);
-  XCCL_SYSCHECK(fd, "memfd_create");
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw IoError(strCat("rank ", rank, ": ftruncate of a ", bytes,
-                         "-byte SHM ring failed: ", errnoString(err)));
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    ::close(fd);
-    throw IoError(strCat("rank ", rank, ": mmap of SHM ring failed: ", errnoString(err)));
-  }
-  seg_ = std::make_unique<Segment>(fd, base, bytes);
+  seg_ = std::make_unique<Segment>(
+      createSharedMapping(kHeaderBytes + static_cast<size_t>(ring), "xccl-shm-ring"));
   // The pages are zero (fresh memfd), so the atomics start at 0/false; construct them
   // formally all the same.
-  Header* h = new (base) Header();
+  Header* h = new (seg_->header()) Header();
   h->magic = kMagic;
   h->version = kVersion;
   h->ringBytes = static_cast<uint64_t>(ring);
@@ -103,12 +110,31 @@ OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret) {
   h->openerRank = peer;
   h->secretLen = static_cast<uint32_t>(secret.size());
   std::memcpy(h->secret, secret.data(), secret.size());
+
+  if (!laneWanted(device)) return;
+  int64_t lane = xcclParamShmLaneBuffsize();
+  XCCL_CHECK(lane >= 256 && lane % 64 == 0 && static_cast<uint64_t>(lane) <= kMaxRing,
+             "XCCL_SHM_LANE_BUFFSIZE=", lane, " must be a multiple of 64 between 256 and ",
+             kMaxRing);
+  void* mem = device.allocShared(static_cast<size_t>(lane), &laneHandle_);
+  if (mem == nullptr) {
+    XCCL_INFO(SHM, "rank ", rank, " -> ", peer, ": device ", device.name(),
+              " cannot share memory; payloads stay in the host ring");
+    return;
+  }
+  XCCL_CHECK(!laneHandle_.empty() && laneHandle_.size() <= kMaxHandle &&
+                 laneHandle_.find_first_of(" \t\n") == std::string::npos,
+             "device ", device.name(), " gave a malformed shared-memory handle");
+  h->laneBytes = static_cast<uint64_t>(lane);
+  seg_->setLane(mem, &device, true);
 }
 
 OutgoingRing::~OutgoingRing() = default;
 
 std::string OutgoingRing::describe() const {
-  return strCat(getpid(), " ", seg_->fd(), " ", seg_->ringBytes());
+  std::string d = strCat(getpid(), " ", seg_->fd(), " ", seg_->ringBytes());
+  if (seg_->lane() != nullptr) d += strCat(" ", seg_->header()->laneBytes, " ", laneHandle_);
+  return d;
 }
 
 std::unique_ptr<Segment> OutgoingRing::take() { return std::move(seg_); }
@@ -117,39 +143,25 @@ namespace {
 
 // Opens and validates the peer's ring. `desc` comes from the store: parse it strictly.
 std::unique_ptr<Segment> openPeerRing(int rank, int peer, const std::string& desc,
-                                      const std::string& secret) {
+                                      const std::string& secret, Device& device) {
   long pid = 0, fd = 0;
-  unsigned long long ring = 0;
+  unsigned long long ring = 0, lane = 0;
+  char handle[kMaxHandle + 1] = {0};
   char extra = 0;
-  if (std::sscanf(desc.c_str(), "%ld %ld %llu %c", &pid, &fd, &ring, &extra) != 3 || pid <= 0 ||
-      fd < 0 || ring == 0 || ring > kMaxRing) {
+  int fields = std::sscanf(desc.c_str(), "%ld %ld %llu %llu %256s %c", &pid, &fd, &ring, &lane,
+                           handle, &extra);
+  if ((fields != 3 && fields != 5) || pid <= 0 || fd < 0 || ring == 0 || ring > kMaxRing ||
+      (fields == 5 && (lane == 0 || lane > kMaxRing || lane % 64 != 0))) {
     throw RemoteError(strCat("rank ", rank, ": malformed SHM descriptor from rank ", peer, ": '",
                              desc.substr(0, 64), "'"));
   }
-  std::string path = strCat("/proc/", pid, "/fd/", fd);
-  int sfd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (sfd < 0) {
-    throw IoError(strCat("rank ", rank, ": cannot open rank ", peer, "'s SHM ring ", path, ": ",
-                         errnoString(errno), " (set XCCL_SHM_DISABLE=1 to use TCP)"));
-  }
-  struct stat st {};
-  size_t bytes = kHeaderBytes + ring;
-  if (fstat(sfd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
-    ::close(sfd);
-    throw RemoteError(
-        strCat("rank ", rank, ": rank ", peer, "'s SHM ring ", path, " has the wrong size"));
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    ::close(sfd);
-    throw IoError(strCat("rank ", rank, ": mmap of ", path, " failed: ", errnoString(err)));
-  }
-  auto seg = std::make_unique<Segment>(sfd, base, bytes);
+  const std::string what = strCat("rank ", rank, ": rank ", peer, "'s SHM ring");
+  auto seg = std::make_unique<Segment>(openSharedMapping(pid, fd, kHeaderBytes + ring, what));
   const Header* h = seg->header();
   if (h->magic != kMagic || h->version != kVersion || h->ringBytes != ring ||
-      h->creatorRank != peer || h->openerRank != rank || h->creatorPid != pid) {
-    throw RemoteError(strCat("refused SHM ring from rank ", peer, " (", path,
+      h->laneBytes != lane || h->creatorRank != peer || h->openerRank != rank ||
+      h->creatorPid != pid) {
+    throw RemoteError(strCat("refused SHM ring from rank ", peer, " (pid ", pid,
                              "): bad header (not ours, or another version)"));
   }
   std::string theirs(reinterpret_cast<const char*>(h->secret),
@@ -157,8 +169,11 @@ std::unique_ptr<Segment> openPeerRing(int rank, int peer, const std::string& des
   unsigned char diff = theirs.size() == secret.size() ? 0 : 1;
   for (size_t i = 0; i < theirs.size() && i < secret.size(); ++i) diff |= theirs[i] ^ secret[i];
   if (diff != 0) {
-    XCCL_WARN(SHM, "refused SHM ring from rank ", peer, " (", path, "): bad secret");
+    XCCL_WARN(SHM, "refused SHM ring from rank ", peer, " (pid ", pid, "): bad secret");
     throw RemoteError(strCat("rank ", rank, ": refused SHM ring from rank ", peer, ": bad secret"));
+  }
+  if (lane != 0) {
+    seg->setLane(device.openShared(handle, static_cast<int>(pid), lane), &device, false);
   }
   return seg;
 }
@@ -175,6 +190,74 @@ bool processDead(int pid) {
   return state == 'Z' || state == 'X';
 }
 
+// One direction of one ring: the producer's or the consumer's end of `base[size]` with its
+// two counters. `mine` caches the counter this end writes.
+class RingEnd {
+ public:
+  RingEnd(char* base, size_t size, std::atomic<uint64_t>* head, std::atomic<uint64_t>* tail,
+          bool producer)
+      : base_(base), size_(size), head_(head), tail_(tail) {
+    mine_ = (producer ? head : tail)->load(std::memory_order_relaxed);
+  }
+
+  // Producer: contiguous free space. *used receives the bytes in flight (for the caller's
+  // corruption check: more than the ring holds).
+  size_t reserve(void** window, size_t want, uint64_t* used) {
+    *used = mine_ - tail_->load(std::memory_order_acquire);
+    if (*used > size_) return 0;
+    size_t pos = static_cast<size_t>(mine_ % size_);
+    size_t n = std::min({want, size_ - static_cast<size_t>(*used), size_ - pos});
+    *window = base_ + pos;
+    window_ = n;
+    return n;
+  }
+  void commit(size_t bytes) {
+    XCCL_CHECK(bytes <= window_, "commitSend(", bytes, ") exceeds the reserved window of ",
+               window_);
+    window_ -= bytes;
+    mine_ += bytes;
+    head_->store(mine_, std::memory_order_release);
+  }
+  // Consumer: contiguous bytes received.
+  size_t peek(const void** window, uint64_t* avail) {
+    *avail = head_->load(std::memory_order_acquire) - mine_;
+    if (*avail > size_) return 0;
+    size_t pos = static_cast<size_t>(mine_ % size_);
+    size_t n = std::min(static_cast<size_t>(*avail), size_ - pos);
+    *window = base_ + pos;
+    window_ = n;
+    return n;
+  }
+  void consume(size_t bytes) {
+    XCCL_CHECK(bytes <= window_, "consumeRecv(", bytes, ") exceeds the peeked window of ",
+               window_);
+    window_ -= bytes;
+    mine_ += bytes;
+    tail_->store(mine_, std::memory_order_release);
+  }
+  size_t size() const { return size_; }
+
+ private:
+  char* base_;
+  size_t size_;
+  std::atomic<uint64_t>* head_;
+  std::atomic<uint64_t>* tail_;
+  uint64_t mine_ = 0;
+  size_t window_ = 0;
+};
+
+RingEnd byteRing(Segment& s, bool producer) {
+  Header* h = s.header();
+  return RingEnd(s.ring(), s.ringBytes(), &h->head, &h->tail, producer);
+}
+
+// The payload lane of a segment, or its byte ring when it has none.
+RingEnd payloadRing(Segment& s, bool producer) {
+  Header* h = s.header();
+  if (s.lane() == nullptr) return byteRing(s, producer);
+  return RingEnd(s.lane(), h->laneBytes, &h->laneHead, &h->laneTail, producer);
+}
+
 class ShmConnection : public Connection {
  public:
   ShmConnection(int rank, int peer, int peerPid, std::unique_ptr<Segment> send,
@@ -184,11 +267,15 @@ class ShmConnection : public Connection {
         peerPid_(peerPid),
         send_(std::move(send)),
         recv_(std::move(recv)),
-        device_(device) {
+        device_(device),
+        out_(byteRing(*send_, true)),
+        in_(byteRing(*recv_, false)),
+        outLane_(payloadRing(*send_, true)),
+        inLane_(payloadRing(*recv_, false)),
+        split_(send_->lane() != nullptr),
+        peerSplit_(recv_->lane() != nullptr) {
     device_.registerStaging(send_->ring(), send_->ringBytes());
     device_.registerStaging(recv_->ring(), recv_->ringBytes());
-    sendHead_ = send_->header()->head.load(std::memory_order_relaxed);
-    recvTail_ = recv_->header()->tail.load(std::memory_order_relaxed);
   }
 
   ~ShmConnection() override {
@@ -198,42 +285,24 @@ class ShmConnection : public Connection {
   }
 
   size_t reserveSend(void** window, size_t want) override {
-    const size_t size = send_->ringBytes();
-    uint64_t tail = send_->header()->tail.load(std::memory_order_acquire);
-    uint64_t used = sendHead_ - tail;
-    if (used > size) corrupt("send", used);
-    size_t pos = static_cast<size_t>(sendHead_ % size);
-    size_t n = std::min({want, size - static_cast<size_t>(used), size - pos});
-    *window = send_->ring() + pos;
-    reserved_ = n;
-    return n;
+    return reserveOn(out_, window, want);
   }
+  void commitSend(size_t bytes) override { out_.commit(bytes); }
+  size_t peekRecv(const void** window) override { return peekOn(in_, window); }
+  void consumeRecv(size_t bytes) override { in_.consume(bytes); }
 
-  void commitSend(size_t bytes) override {
-    XCCL_CHECK(bytes <= reserved_, "commitSend(", bytes, ") exceeds the reserved window of ",
-               reserved_);
-    reserved_ -= bytes;
-    sendHead_ += bytes;
-    send_->header()->head.store(sendHead_, std::memory_order_release);
+  bool payloadLane() const override { return split_; }
+  size_t reserveSendPayload(void** window, size_t want) override {
+    return split_ ? reserveOn(outLane_, window, want) : reserveSend(window, want);
   }
-
-  size_t peekRecv(const void** window) override {
-    const size_t size = recv_->ringBytes();
-    uint64_t head = recv_->header()->head.load(std::memory_order_acquire);
-    uint64_t avail = head - recvTail_;
-    if (avail > size) corrupt("receive", avail);
-    size_t pos = static_cast<size_t>(recvTail_ % size);
-    size_t n = std::min(static_cast<size_t>(avail), size - pos);
-    *window = recv_->ring() + pos;
-    peeked_ = n;
-    return n;
+  void commitSendPayload(size_t bytes) override {
+    split_ ? outLane_.commit(bytes) : commitSend(bytes);
   }
-
-  void consumeRecv(size_t bytes) override {
-    XCCL_CHECK(bytes <= peeked_, "consumeRecv(", bytes, ") exceeds the peeked window of ", peeked_);
-    peeked_ -= bytes;
-    recvTail_ += bytes;
-    recv_->header()->tail.store(recvTail_, std::memory_order_release);
+  size_t peekRecvPayload(const void** window) override {
+    return peerSplit_ ? peekOn(inLane_, window) : peekRecv(window);
+  }
+  void consumeRecvPayload(size_t bytes) override {
+    peerSplit_ ? inLane_.consume(bytes) : consumeRecv(bytes);
   }
 
   bool progress() override { return false; }  // the peer writes straight into our mapping
@@ -256,6 +325,19 @@ class ShmConnection : public Connection {
   int peer() const override { return peer_; }
 
  private:
+  size_t reserveOn(RingEnd& r, void** window, size_t want) {
+    uint64_t used = 0;
+    size_t n = r.reserve(window, want, &used);
+    if (used > r.size()) corrupt("send", used);
+    return n;
+  }
+  size_t peekOn(RingEnd& r, const void** window) {
+    uint64_t avail = 0;
+    size_t n = r.peek(window, &avail);
+    if (avail > r.size()) corrupt("receive", avail);
+    return n;
+  }
+
   bool peerClosedFlag() const {
     return send_->header()->closed[kOpener].load(std::memory_order_acquire) != 0 ||
            recv_->header()->closed[kCreator].load(std::memory_order_acquire) != 0;
@@ -269,8 +351,8 @@ class ShmConnection : public Connection {
   int rank_, peer_, peerPid_;
   std::unique_ptr<Segment> send_, recv_;
   Device& device_;
-  uint64_t sendHead_ = 0, recvTail_ = 0;  // our own counters, cached
-  size_t reserved_ = 0, peeked_ = 0;
+  RingEnd out_, in_, outLane_, inLane_;
+  const bool split_, peerSplit_;
   std::atomic<bool> closed_{false};
 };
 
@@ -279,9 +361,12 @@ class ShmConnection : public Connection {
 std::unique_ptr<Connection> makeConnection(int rank, int peer, int peerPid, OutgoingRing& out,
                                            const std::string& peerDesc, const std::string& secret,
                                            Device& device) {
-  std::unique_ptr<Segment> recv = openPeerRing(rank, peer, peerDesc, secret);
+  std::unique_ptr<Segment> recv = openPeerRing(rank, peer, peerDesc, secret, device);
   XCCL_INFO(SHM, "rank ", rank, " <- ", peer, ": mapped ", recv->ringBytes(), "-byte ring of pid ",
-            peerPid);
+            peerPid,
+            recv->lane() ? strCat(" and its ", recv->header()->laneBytes, "-byte payload lane in ",
+                                  device.name(), " memory")
+                         : std::string());
   return std::make_unique<ShmConnection>(rank, peer, peerPid, out.take(), std::move(recv), device);
 }
 

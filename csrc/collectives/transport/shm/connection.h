@@ -1,13 +1,18 @@
 // Shared-memory transport: one single-producer/single-consumer byte ring per direction.
 //
-// Each rank creates the ring it *sends* on, in an anonymous memfd (no name in /dev/shm,
-// freed by the kernel when the last fd and mapping go, even after a crash), and
-// publishes "pid fd" through the store; the peer opens /proc/<pid>/fd/<fd> and maps it.
+// Each rank creates the ring it *sends* on, in an anonymous memfd (common/shared_memory.h),
+// and publishes "pid fd ringBytes [laneBytes laneHandle]" through the store; the peer opens
+// /proc/<pid>/fd/<fd> and maps it.
 //
-//   segment: [ header page: magic, version, ring size, secret, closed[2], head, tail ]
-//            [ ring bytes (XCCL_SHM_BUFFSIZE) ]
+//   segment: [ header page: magic, version, sizes, secret, closed[2], head, tail,
+//              laneHead, laneTail ] [ ring bytes (XCCL_SHM_BUFFSIZE) ]
 //   head = bytes ever written (producer only), tail = bytes ever consumed (consumer only),
 //   each on its own cache line; release on publish, acquire on observe.
+//
+// Payload lane: when the device prefers it (CUDA) or XCCL_SHM_LANE=1, the sender also
+// allocates a payload ring in shareable device memory (Device::allocShared: CUDA IPC, or a
+// memfd for host memory) and payload bytes travel there, device to device; the byte ring
+// then carries only frame headers. The lane's counters live in the header page.
 #pragma once
 
 #include <memory>
@@ -27,13 +32,14 @@ class Segment;
 // needs to open it ("<pid> <fd>").
 class OutgoingRing {
  public:
-  OutgoingRing(int rank, int peer, const std::string& secret);
+  OutgoingRing(int rank, int peer, const std::string& secret, Device& device);
   ~OutgoingRing();
   std::string describe() const;
   std::unique_ptr<Segment> take();
 
  private:
   std::unique_ptr<Segment> seg_;
+  std::string laneHandle_;
 };
 
 // Opens the peer's ring (from its describe() string), checks it, and pairs it with our
