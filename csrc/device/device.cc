@@ -11,6 +11,9 @@
 #include "dtype.h"
 #include "host/host_device.h"
 #include "host/xdev_device.h"
+#if defined(XCCL_WITH_CUDA)
+#include "cuda/cuda_device.h"
+#endif
 
 namespace xccl {
 
@@ -56,6 +59,14 @@ bool opSupported(xcclDataType_t dtype, xcclRedOp_t op) {
   }
 }
 
+const char* availableDeviceKinds() {
+#if defined(XCCL_WITH_CUDA)
+  return "host, xdev, cuda";
+#else
+  return "host, xdev";
+#endif
+}
+
 Device& getDevice(const std::string& requested, int ordinal) {
   static std::mutex mu;
   static std::map<std::pair<std::string, int>, std::unique_ptr<Device>> devices;
@@ -73,8 +84,19 @@ Device& getDevice(const std::string& requested, int ordinal) {
     if (!slot) slot = std::make_unique<XdevDevice>(ord);  // checks the ordinal
     return *slot;
   }
-  throw InvalidUsage(
-      strCat("device kind '", kind, "' is not available in this build (available: host, xdev)"));
+  if (kind == "cuda") {
+#if defined(XCCL_WITH_CUDA)
+    int ord = ordinal < 0 ? CudaDevice::currentOrdinal() : ordinal;
+    auto& slot = devices[{kind, ord}];
+    if (!slot) slot = std::make_unique<CudaDevice>(ord);  // checks driver and ordinal
+    return *slot;
+#else
+    throw InvalidUsage("device kind 'cuda' is not available: this libxccl was built without "
+                       "CUDA (no nvcc at build time, or -DXCCL_WITH_CUDA=OFF)");
+#endif
+  }
+  throw InvalidUsage(strCat("device kind '", kind, "' is not available in this build (available: ",
+                            availableDeviceKinds(), ")"));
 }
 
 Device& getDevice(int ordinal) { return getDevice("", ordinal); }

@@ -90,6 +90,8 @@ class Device {
 // InvalidUsage for a kind this build lacks or an ordinal the kind does not have.
 Device& getDevice(const std::string& kind, int ordinal);
 Device& getDevice(int ordinal);  // getDevice("", ordinal)
+// The kinds this build has, e.g. "host, xdev, cuda".
+const char* availableDeviceKinds();
 
 // True for the reduction ops defined on dtype (e.g. no bitwise ops on floats).
 bool opSupported(xcclDataType_t dtype, xcclRedOp_t op);

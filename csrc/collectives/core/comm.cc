@@ -28,6 +28,8 @@ const char* deviceKind(xcclDeviceType_t type) {
       return "host";
     case xcclDeviceXdev:
       return "xdev";
+    case xcclDeviceCuda:
+      return "cuda";
   }
   throw Error(xcclInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
 }

@@ -105,8 +105,10 @@ typedef struct {
 typedef enum {
   xcclDeviceDefault = 0, /* XCCL_DEVICE (default "host") */
   xcclDeviceHost = 1,    /* host memory, no streams: stream arguments must be NULL */
-  xcclDeviceXdev = 2     /* the simulated accelerator: operations are ordered on xdev streams
+  xcclDeviceXdev = 2,    /* the simulated accelerator: operations are ordered on xdev streams
                             (xdevStream_t; NULL = the communicator's device's default stream) */
+  xcclDeviceCuda = 3     /* CUDA (builds with XCCL_WITH_CUDA): buffers in CUDA device memory,
+                            operations ordered on cudaStream_t streams, as NCCL */
 } xcclDeviceType_t;
 
 /* Optional settings for communicator creation; zero-initialise, then set. */

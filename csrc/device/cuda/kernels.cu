@@ -1,0 +1,323 @@
+// The CUDA device's element-wise kernels: reduce (every dtype x Sum Prod Max Min, and
+// Band Bor Bxor for integers and bool), scale and divide. Same results as the host reference
+// (csrc/device/xdev/kernels.cc): 16-bit floats widened to float for each step and rounded
+// once, bool as bytes 0/1, integer scale and divide in the element type.
+//
+// Memory access: a grid-stride loop over 16-byte packs when every pointer is 16-byte aligned
+// (the usual case: tensors and ring slots are), one element per step otherwise; the few
+// elements after the last whole pack are done element by element.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "kernels.h"
+
+namespace xccl {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 1024;
+
+// ---- element types: the type the arithmetic is done in, and the conversions ----
+template <typename T>
+struct Arith {
+  using type = T;
+  __device__ static T load(T v) { return v; }
+  __device__ static T store(T v) { return v; }
+};
+template <>
+struct Arith<__half> {
+  using type = float;
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+template <>
+struct Arith<__nv_bfloat16> {
+  using type = float;
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+
+// ---- operations, on the arithmetic type ----
+struct Sum {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return a + b; }
+};
+struct Prod {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return a * b; }
+};
+struct Max {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return a < b ? b : a; }
+};
+struct Min {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return b < a ? b : a; }
+};
+struct Band {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return a & b; }
+};
+struct Bor {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return a | b; }
+};
+struct Bxor {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return a ^ b; }
+};
+// bool bytes: any non-zero byte is true, results are 0/1.
+struct BoolOr {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return (a | b) != 0; }
+};
+struct BoolAnd {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return (a != 0) & (b != 0); }
+};
+struct BoolXor {
+  template <typename A>
+  __device__ static A apply(A a, A b) { return (a != 0) != (b != 0); }
+};
+
+template <typename T, typename Op>
+__device__ __forceinline__ T reduceOne(T a, T b) {
+  using R = Arith<T>;
+  return R::store(Op::apply(R::load(a), R::load(b)));
+}
+
+// 16 bytes as elements of T.
+template <typename T>
+union Pack {
+  static constexpr int kElems = 16 / sizeof(T);
+  uint4 raw;
+  T e[kElems];
+};
+
+template <typename T, typename Op>
+__global__ void reduceKernel(T* dst, const T* a, const T* b, size_t n, bool packed) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  size_t done = 0;
+  if (packed) {
+    constexpr int k = Pack<T>::kElems;
+    const size_t packs = n / k;
+    for (size_t p = i; p < packs; p += stride) {
+      Pack<T> x, y, z;
+      x.raw = reinterpret_cast<const uint4*>(a)[p];
+      y.raw = reinterpret_cast<const uint4*>(b)[p];
+#pragma unroll
+      for (int j = 0; j < k; ++j) z.e[j] = reduceOne<T, Op>(x.e[j], y.e[j]);
+      reinterpret_cast<uint4*>(dst)[p] = z.raw;
+    }
+    done = packs * k;
+  }
+  for (size_t e = done + i; e < n; e += stride) dst[e] = reduceOne<T, Op>(a[e], b[e]);
+}
+
+template <typename T, typename S>
+__global__ void scaleKernel(T* dst, const T* src, size_t n, S s) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    using R = Arith<T>;
+    if constexpr (std::is_integral_v<T>) {
+      dst[e] = static_cast<T>(src[e] * s);
+    } else {
+      dst[e] = R::store(R::load(src[e]) * s);
+    }
+  }
+}
+
+template <typename T>
+__global__ void divideKernel(T* dst, size_t n, int64_t divisor) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    using R = Arith<T>;
+    if constexpr (std::is_integral_v<T>) {
+      dst[e] = static_cast<T>(dst[e] / static_cast<T>(divisor));
+    } else {
+      using A = typename R::type;
+      dst[e] = R::store(R::load(dst[e]) / static_cast<A>(divisor));
+    }
+  }
+}
+
+__global__ void waitFlagKernel(const volatile uint32_t* flag) {
+  while (*flag == 0) __nanosleep(2000);
+}
+
+unsigned blocksFor(size_t work) {
+  size_t b = (work + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <typename T, typename Op>
+cudaError_t reduceAs(void* dst, const void* a, const void* b, size_t n, cudaStream_t s) {
+  const bool packed = aligned16(dst) && aligned16(a) && aligned16(b);
+  const size_t work = packed ? n / Pack<T>::kElems + Pack<T>::kElems : n;
+  reduceKernel<T, Op><<<blocksFor(work), kThreads, 0, s>>>(
+      static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), n, packed);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t reduceTyped(void* dst, const void* a, const void* b, size_t n, xcclRedOp_t op,
+                        cudaStream_t s) {
+  switch (op) {
+    case xcclSum:
+      return reduceAs<T, Sum>(dst, a, b, n, s);
+    case xcclProd:
+      return reduceAs<T, Prod>(dst, a, b, n, s);
+    case xcclMax:
+      return reduceAs<T, Max>(dst, a, b, n, s);
+    case xcclMin:
+      return reduceAs<T, Min>(dst, a, b, n, s);
+    default:
+      break;
+  }
+  if constexpr (std::is_integral_v<T>) {
+    switch (op) {
+      case xcclBand:
+        return reduceAs<T, Band>(dst, a, b, n, s);
+      case xcclBor:
+        return reduceAs<T, Bor>(dst, a, b, n, s);
+      case xcclBxor:
+        return reduceAs<T, Bxor>(dst, a, b, n, s);
+      default:
+        break;
+    }
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t reduceBool(void* dst, const void* a, const void* b, size_t n, xcclRedOp_t op,
+                       cudaStream_t s) {
+  switch (op) {
+    case xcclSum:
+    case xcclMax:
+    case xcclBor:
+      return reduceAs<uint8_t, BoolOr>(dst, a, b, n, s);
+    case xcclProd:
+    case xcclMin:
+    case xcclBand:
+      return reduceAs<uint8_t, BoolAnd>(dst, a, b, n, s);
+    case xcclBxor:
+      return reduceAs<uint8_t, BoolXor>(dst, a, b, n, s);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+template <typename T, typename S>
+cudaError_t scaleAs(void* dst, const void* src, size_t n, S s, cudaStream_t st) {
+  scaleKernel<T, S><<<blocksFor(n), kThreads, 0, st>>>(static_cast<T*>(dst),
+                                                       static_cast<const T*>(src), n, s);
+  return cudaGetLastError();
+}
+
+template <typename T>
+T scalarOf(const void* p) {
+  T v;
+  memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <typename T>
+cudaError_t divideAs(void* dst, size_t n, int64_t divisor, cudaStream_t s) {
+  divideKernel<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<T*>(dst), n, divisor);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count,
+                         xcclDataType_t dtype, xcclRedOp_t op, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  switch (dtype) {
+    case xcclInt8:
+      return reduceTyped<int8_t>(dst, a, b, count, op, s);
+    case xcclUint8:
+      return reduceTyped<uint8_t>(dst, a, b, count, op, s);
+    case xcclInt32:
+      return reduceTyped<int32_t>(dst, a, b, count, op, s);
+    case xcclInt64:
+      return reduceTyped<int64_t>(dst, a, b, count, op, s);
+    case xcclFloat16:
+      return reduceTyped<__half>(dst, a, b, count, op, s);
+    case xcclBfloat16:
+      return reduceTyped<__nv_bfloat16>(dst, a, b, count, op, s);
+    case xcclFloat32:
+      return reduceTyped<float>(dst, a, b, count, op, s);
+    case xcclFloat64:
+      return reduceTyped<double>(dst, a, b, count, op, s);
+    case xcclBool:
+      return reduceBool(dst, a, b, count, op, s);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launchScale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
+                        const void* scalar, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  switch (dtype) {
+    case xcclInt8:
+      return scaleAs<int8_t>(dst, src, count, scalarOf<int8_t>(scalar), s);
+    case xcclUint8:
+      return scaleAs<uint8_t>(dst, src, count, scalarOf<uint8_t>(scalar), s);
+    case xcclInt32:
+      return scaleAs<int32_t>(dst, src, count, scalarOf<int32_t>(scalar), s);
+    case xcclInt64:
+      return scaleAs<int64_t>(dst, src, count, scalarOf<int64_t>(scalar), s);
+    case xcclFloat16:
+      return scaleAs<__half>(dst, src, count, __half2float(scalarOf<__half>(scalar)), s);
+    case xcclBfloat16:
+      return scaleAs<__nv_bfloat16>(dst, src, count,
+                                    __bfloat162float(scalarOf<__nv_bfloat16>(scalar)), s);
+    case xcclFloat32:
+      return scaleAs<float>(dst, src, count, scalarOf<float>(scalar), s);
+    case xcclFloat64:
+      return scaleAs<double>(dst, src, count, scalarOf<double>(scalar), s);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launchDivide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor,
+                         cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  if (divisor == 0) return cudaErrorInvalidValue;
+  switch (dtype) {
+    case xcclInt8:
+      return divideAs<int8_t>(dst, count, divisor, s);
+    case xcclUint8:
+      return divideAs<uint8_t>(dst, count, divisor, s);
+    case xcclInt32:
+      return divideAs<int32_t>(dst, count, divisor, s);
+    case xcclInt64:
+      return divideAs<int64_t>(dst, count, divisor, s);
+    case xcclFloat16:
+      return divideAs<__half>(dst, count, divisor, s);
+    case xcclBfloat16:
+      return divideAs<__nv_bfloat16>(dst, count, divisor, s);
+    case xcclFloat32:
+      return divideAs<float>(dst, count, divisor, s);
+    case xcclFloat64:
+      return divideAs<double>(dst, count, divisor, s);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launchWaitFlag(const volatile uint32_t* flag, cudaStream_t s) {
+  waitFlagKernel<<<1, 1, 0, s>>>(flag);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace xccl
