@@ -24,9 +24,9 @@ looks up two names in the ``distributed_c10d`` module namespace at call time:
 * ``ProcessGroupXCCL`` — bound to :class:`ProcessGroupXCCL` below, whose constructor accepts
   both call shapes (with and without ``Options``) and returns torch_xccl's C++ backend.
 
-and one data entry: ``Backend.backend_capability["xccl"] = ["cpu", "xdev"]`` so that
-``BackendConfig("xccl")`` maps the "cpu" and "xdev" devices to our backend (torch's default
-is "xpu"); torch creates one backend and registers it for both devices.
+and one data entry: ``Backend.backend_capability["xccl"] = ["cpu", "xdev", "cuda"]`` so that
+``BackendConfig("xccl")`` maps the "cpu", "xdev" and "cuda" devices to our backend (torch's default
+is "xpu"); torch creates one backend and registers it for every device.
 ``Backend("xccl")``, ``get_backend()``, ``new_group(backend="xccl")``, "cpu:xccl" strings
 and DDP all go through the same branch.
 
@@ -49,7 +49,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 OVERRIDE_ENV = "TORCH_XCCL_OVERRIDE_BUILTIN"
-DEVICES = ["cpu", "xdev"]  # xdev: registered by torch_xccl.xdev before routing runs
+DEVICES = ["cpu", "xdev", "cuda"]  # xdev: registered by torch_xccl.xdev before routing runs
 
 # Captured before anything here runs: does torch itself ship XCCL?
 _torch_is_xccl_available = c10d.is_xccl_available

@@ -559,16 +559,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::barrier(const c10d::BarrierOpti
   // wait() blocks the host until it is done; with none of them, the host communicator.
   LaunchExtra extra;
   auto bound = getBoundDeviceId();
-  if (opts.device && isXdev(*opts.device)) {
+  std::optional<c10::Device> inUse;
+  {
+    std::lock_guard<std::mutex> g(devMu_);
+    if (devComm_) inUse = devComm_->device;
+  }
+  if (opts.device && isAccelerator(*opts.device)) {
     extra.device = opts.device;
   } else if (!opts.device_ids.empty()) {
-    extra.device = c10::Device(c10::DeviceType::PrivateUse1,
-                               static_cast<c10::DeviceIndex>(opts.device_ids[0]));
-  } else if (bound && isXdev(*bound)) {
+    // device_ids name indices: of the bound device's type, else the one in use, else CUDA
+    // where torch has it (as ProcessGroupNCCL), else xdev.
+    c10::DeviceType type = bound && isAccelerator(*bound) ? bound->type()
+                           : inUse                        ? inUse->type()
+                           : at::hasCUDA()                ? c10::DeviceType::CUDA
+                                                          : c10::DeviceType::PrivateUse1;
+    extra.device = c10::Device(type, static_cast<c10::DeviceIndex>(opts.device_ids[0]));
+  } else if (bound && isAccelerator(*bound)) {
     extra.device = bound;
   } else {
-    std::lock_guard<std::mutex> g(devMu_);
-    if (devComm_) extra.device = devComm_->device;
+    extra.device = inUse;
   }
   return launch(
       "barrier", c10d::OpType::BARRIER, opts.timeout, {}, {}, nullptr,

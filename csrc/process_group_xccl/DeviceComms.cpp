@@ -1,5 +1,5 @@
 // DeviceComms.cpp — the group's communicators beyond the host one: which one an operation
-// uses (deviceOf, commFor), making xdev communicators (lazily, or eagerly for
+// uses (deviceOf, commFor), making xdev and CUDA communicators (lazily, or eagerly for
 // init_process_group(device_id=...)), and dist.split_group.
 #include <algorithm>
 
@@ -11,13 +11,13 @@ namespace torch_xccl {
 c10::Device ProcessGroupXCCL::deviceOf(const char* opName, const std::vector<at::Tensor>& outputs,
                                        const std::vector<at::Tensor>& inputs,
                                        const LaunchExtra& extra) {
-  // The data tensors decide; a cpu tensor beside xdev data can only be a host-side scalar
+  // The data tensors decide; a cpu tensor beside device data can only be a host-side scalar
   // (the PREMUL_SUM factor) — the collectives already required their data on one device.
   std::optional<c10::Device> dev;
-  if (extra.device && isXdev(*extra.device)) dev = *extra.device;
+  if (extra.device && isAccelerator(*extra.device)) dev = *extra.device;
   for (const auto* list : {&outputs, &inputs}) {
     for (const auto& t : *list) {
-      if (!onXdev(t)) continue;
+      if (!onAccelerator(t)) continue;
       if (!dev) dev = t.device();
       TORCH_CHECK(t.device() == *dev, "xccl ", opName, ": tensors must be on one device, got ",
                   *dev, " and ", t.device());
@@ -26,7 +26,7 @@ c10::Device ProcessGroupXCCL::deviceOf(const char* opName, const std::vector<at:
   if (!dev) return c10::Device(c10::kCPU);
   TORCH_CHECK(dev->has_index(), "xccl ", opName, ": device ", *dev, " has no index");
   auto bound = getBoundDeviceId();
-  TORCH_CHECK(!bound || !isXdev(*bound) || *bound == *dev, "xccl ", opName, ": the tensors are on ",
+  TORCH_CHECK(!bound || !isAccelerator(*bound) || *bound == *dev, "xccl ", opName, ": the tensors are on ",
               *dev, " but group '", state_->name, "' is bound to ", *bound,
               " (init_process_group(device_id=...)); move them to ", *bound);
   return *dev;
@@ -62,11 +62,12 @@ std::shared_ptr<DeviceComm> ProcessGroupXCCL::makeDeviceComm(const c10::Device& 
   xcclConfig_t cfg{};
   cfg.timeout_ms = options_->timeout.count() > 0 ? options_->timeout.count() : 0;
   cfg.device = device.index();
-  cfg.deviceType = xcclDeviceXdev;
+  cfg.deviceType = device.is_cuda() ? xcclDeviceCuda : xcclDeviceXdev;
   cfg.name = dc->state->name.c_str();
   xcclComm_t comm = nullptr;
   // The key prefix must not depend on the device index: ranks usually sit on different ones.
-  xcclResult_t r = xcclCommInitRankStore(&comm, getSize(), getRank(), &s, "xccl-xdev/", &cfg);
+  const char* prefix = device.is_cuda() ? "xccl-cuda/" : "xccl-xdev/";
+  xcclResult_t r = xcclCommInitRankStore(&comm, getSize(), getRank(), &s, prefix, &cfg);
   if (r != xcclSuccess) {
     throwDist("xccl init on " + device.str() + ": rank " + std::to_string(getRank()) + " of " +
               std::to_string(getSize()) + " (group '" + state_->name +
@@ -91,7 +92,7 @@ std::string ProcessGroupXCCL::deviceCommDevice() {
 }
 
 void ProcessGroupXCCL::eagerConnectSingleDevice(at::Device device) {
-  if (!isXdev(device)) return;  // the host communicator exists from the start
+  if (!isAccelerator(device)) return;  // the host communicator exists from the start
   TORCH_CHECK(device.has_index(), "xccl eager_connect_single_device: ", device, " has no index");
   commFor("eager_connect_single_device", device);
 }

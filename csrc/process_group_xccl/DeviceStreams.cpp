@@ -7,9 +7,15 @@
 namespace torch_xccl {
 namespace {
 
-const c10::impl::VirtualGuardImpl& guard() {
-  static const c10::impl::VirtualGuardImpl impl(c10::DeviceType::PrivateUse1);
-  return impl;
+// c10's guard of the device's type (registered by the xdev extension, or by torch's CUDA
+// library when torch has CUDA).
+const c10::impl::VirtualGuardImpl& guard(c10::DeviceType type) {
+  if (type == c10::DeviceType::CUDA) {
+    static const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    return cuda;
+  }
+  static const c10::impl::VirtualGuardImpl xdev(c10::DeviceType::PrivateUse1);
+  return xdev;
 }
 
 void check(xdevError_t e, const char* what) {
@@ -42,24 +48,34 @@ class OnDevice {
 
 bool isXdev(const c10::Device& d) { return d.type() == c10::DeviceType::PrivateUse1; }
 
-bool onXdev(const at::Tensor& t) { return t.defined() && isXdev(t.device()); }
+bool isAccelerator(const c10::Device& d) { return isXdev(d) || d.is_cuda(); }
 
-xdevStream_t nativeStream(const c10::Stream& s) {
-  TORCH_CHECK(isXdev(s.device()), "xccl: expected an xdev stream, got one on ", s.device());
-  return reinterpret_cast<xdevStream_t>(static_cast<uintptr_t>(s.id()));
+bool onAccelerator(const at::Tensor& t) { return t.defined() && isAccelerator(t.device()); }
+
+void* nativeStream(const c10::Stream& s) {
+  if (s.device().is_cuda()) return s.native_handle();
+  TORCH_CHECK(isXdev(s.device()), "xccl: expected an xdev or CUDA stream, got one on ",
+              s.device());
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(s.id()));
 }
 
-c10::Stream currentStream(const c10::Device& d) { return guard().getStream(d); }
+c10::Stream currentStream(const c10::Device& d) { return guard(d.type()).getStream(d); }
 
-c10::Stream poolStream(const c10::Device& d) { return guard().getStreamFromGlobalPool(d, false); }
+c10::Stream poolStream(const c10::Device& d) {
+  return guard(d.type()).getStreamFromGlobalPool(d, false);
+}
 
 void recordStream(const at::Tensor& t, const c10::Stream& s) {
-  if (!onXdev(t) || !t.has_storage()) return;
-  guard().recordDataPtrOnStream(t.storage().data_ptr(), s);
+  if (!onAccelerator(t) || !t.has_storage()) return;
+  guard(t.device().type()).recordDataPtrOnStream(t.storage().data_ptr(), s);
 }
 
 DeviceEvent::DeviceEvent(const c10::Device& d) {
-  OnDevice on(d.index());  // an event belongs to the device current at its creation
+  if (d.is_cuda()) {
+    c10_.emplace(c10::DeviceType::CUDA);  // bound to a device at its first record
+    return;
+  }
+  OnDevice on(d.index());  // an xdev event belongs to the device current at its creation
   check(xdevEventCreateWithFlags(&ev_, xdevEventDisableTiming), "xdevEventCreate");
 }
 
@@ -68,22 +84,29 @@ DeviceEvent::~DeviceEvent() {
 }
 
 void DeviceEvent::record(const c10::Stream& s) {
+  if (c10_) return c10_->record(s);
   OnDevice on(s);
-  check(xdevEventRecord(ev_, nativeStream(s)), "xdevEventRecord");
+  check(xdevEventRecord(ev_, static_cast<xdevStream_t>(nativeStream(s))), "xdevEventRecord");
 }
 
 void DeviceEvent::block(const c10::Stream& s) {
+  if (c10_) return c10_->block(s);
   OnDevice on(s);
-  check(xdevStreamWaitEvent(nativeStream(s), ev_, 0), "xdevStreamWaitEvent");
+  check(xdevStreamWaitEvent(static_cast<xdevStream_t>(nativeStream(s)), ev_, 0),
+        "xdevStreamWaitEvent");
 }
 
 bool DeviceEvent::query() {
+  if (c10_) return c10_->query();
   xdevError_t e = xdevEventQuery(ev_);
   if (e == xdevErrorNotReady) return false;
   check(e, "xdevEventQuery");
   return true;
 }
 
-void DeviceEvent::synchronize() { check(xdevEventSynchronize(ev_), "xdevEventSynchronize"); }
+void DeviceEvent::synchronize() {
+  if (c10_) return c10_->synchronize();
+  check(xdevEventSynchronize(ev_), "xdevEventSynchronize");
+}
 
 }  // namespace torch_xccl

@@ -100,7 +100,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive, std::function<void()> post,
     const Enqueue& enqueue, LaunchExtra extra) {
   const c10::Device device = deviceOf(opName, outputs, keepAlive, extra);
-  const bool onDev = isXdev(device);
+  const bool onDev = isAccelerator(device);
   std::shared_ptr<DeviceComm> dc;
   if (coalescing_ && coalescedComm_) {
     TORCH_CHECK(coalescedComm_->device == device, "xccl ", opName,

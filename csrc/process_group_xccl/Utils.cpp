@@ -130,8 +130,9 @@ void checkTensor(const char* op, const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.defined(), "xccl ", op, ": ", what, " is undefined");
   TORCH_CHECK(t.layout() == at::kStrided, "xccl ", op, ": ", what,
               " must be a dense (strided) tensor, got layout ", t.layout());
-  TORCH_CHECK(t.device().is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1, "xccl ",
-              op, ": tensors must be on the cpu or xdev device, got ", t.device());
+  TORCH_CHECK(t.device().is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1 ||
+                  t.device().is_cuda(),
+              "xccl ", op, ": tensors must be on the cpu, xdev or cuda device, got ", t.device());
   toXcclType(op, t.scalar_type());
 }
 

@@ -41,6 +41,10 @@ def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs, devi
             if device_id == "xdev":  # eager init, bound to this rank's device
                 torch.xdev.set_device(rank % 2)
                 extra["device_id"] = torch.device("xdev", rank % 2)
+            elif device_id == "cuda":  # likewise; every rank on cuda:0 with one GPU
+                index = rank % torch.cuda.device_count()
+                torch.cuda.set_device(index)
+                extra["device_id"] = torch.device("cuda", index)
             dist.init_process_group(
                 "xccl",
                 init_method=f"tcp://127.0.0.1:{port}",
@@ -72,7 +76,8 @@ def run_world(fn, world_size, timeout=120.0, init=True, pg_timeout_s=60.0,
     """Run fn on world_size ranks; returns [result of rank 0, ..., rank n-1].
 
     allow_exit: ranks that are expected to die (their missing result is None).
-    device_id="xdev": init_process_group(device_id=xdev:(rank % 2)) (eager, bound group).
+    device_id="xdev": init_process_group(device_id=xdev:(rank % 2)) (eager, bound group);
+    device_id="cuda": likewise on cuda:(rank % the GPU count).
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

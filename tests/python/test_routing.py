@@ -36,7 +36,7 @@ def test_xccl_name_routes_to_torch_xccl():
         # torch's public answer about *its own* XCCL is unchanged
         assert dist.is_xccl_available() is False
         assert dist.Backend("xccl") == "xccl" == dist.Backend("XCCL") == dist.Backend.XCCL
-        assert c10d.BackendConfig(dist.Backend("xccl")).get_device_backend_map() == {{"cpu": "xccl", "xdev": "xccl"}}
+        assert c10d.BackendConfig(dist.Backend("xccl")).get_device_backend_map() == {{"cpu": "xccl", "xdev": "xccl", "cuda": "xccl"}}
         assert c10d.Backend.default_device_backend_map["cpu"] == "gloo"  # untouched
         dist.init_process_group("xccl", init_method="tcp://127.0.0.1:{free_port()}",
                                 rank=0, world_size=1)

@@ -1,5 +1,7 @@
 """Rank bodies for the stream-ordered backend on xdev (test_xdev_stream_order.py,
-test_xdev_training.py). Each rank drives xdev:(rank % 2) unless a test says otherwise."""
+test_xdev_training.py) and, with device="cuda", on CUDA (test_cuda.py). Each rank drives
+xdev:(rank % 2), or cuda:(rank % the GPU count: every rank on cuda:0 with one GPU), unless a
+test says otherwise."""
 from __future__ import annotations
 
 import os
@@ -12,7 +14,11 @@ import torch.nn as nn
 N = 4096
 
 
-def _dev(rank: int) -> torch.device:
+def _dev(rank: int, kind: str = "xdev") -> torch.device:
+    if kind == "cuda":
+        index = rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     torch.xdev.set_device(rank % 2)
     return torch.device("xdev", rank % 2)
 
@@ -185,7 +191,7 @@ def _train(device, group, rank, hook=None, model_fn=_model, accumulate=False, **
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = model_fn().to(device)
-    ids = [device.index] if device.type == "xdev" else None
+    ids = [device.index] if device.type in ("xdev", "cuda") else None
     ddp = DDP(model, device_ids=ids, process_group=group, **ddp_kwargs)
     if hook is not None:
         ddp.register_comm_hook(group, hook)
@@ -209,11 +215,11 @@ def _diff(a, b):
     return max((x - y).abs().max().item() for x, y in zip(a, b))
 
 
-def ddp_on_xdev(rank, world):
+def ddp_on_xdev(rank, world, device="xdev"):
     """DDP(device_ids=[xdev:i]) over xccl against DDP over gloo on cpu, same seed and data."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    dev = _dev(rank)
+    dev = _dev(rank, device)
     gloo = dist.new_group(backend="gloo")
     xccl = dist.group.WORLD
     cpu = torch.device("cpu")
@@ -252,14 +258,14 @@ def ddp_on_xdev(rank, world):
     return out
 
 
-def syncbn_on_xdev(rank, world):
+def syncbn_on_xdev(rank, world, device="xdev"):
     """SyncBatchNorm under DDP on xdev, each rank half of the batch, against BatchNorm on the
     whole batch in one process: outputs, input and weight gradients, running statistics."""
     import copy
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dev = _dev(rank)
+    dev = _dev(rank, device)
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1))
     ref = copy.deepcopy(net)
@@ -310,15 +316,15 @@ def zero_on_xdev(rank, world):
     return {"diff": _diff(results["gloo"], results["xccl"])}
 
 
-def fsdp2_on_xdev(rank, world):
+def fsdp2_on_xdev(rank, world, device="xdev"):
     """fully_shard (FSDP2) on an xdev mesh: all_gather_into_tensor / reduce_scatter_tensor on
     the communication stream. Against the unsharded model trained in one process on the
     concatenated batch (the mean loss over ranks equals the loss over the whole batch)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    dev = _dev(rank)
-    mesh = init_device_mesh("xdev", (world,))
+    dev = _dev(rank, device)
+    mesh = init_device_mesh(device, (world,))
     ref = _model()
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     model = _model().to(dev)

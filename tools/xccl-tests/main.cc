@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_api.h"
 #include "oob.h"
 #include "options.h"
 #include "runner.h"
@@ -272,8 +273,21 @@ int main(int argc, char** argv) {
       cfg.timeout_ms = static_cast<int64_t>(o.timeoutSec) * 1000;
       cfg.name = "xccl-tests";
       if (o.device == "xdev") cfg.deviceType = xcclDeviceXdev;
+      if (o.device == "cuda") cfg.deviceType = xcclDeviceCuda;
+      // More ranks than devices share them, rank i on device i modulo the count.
+      std::vector<int> devlist(o.ngpus, 0);
+      if (o.device != "host") {
+        int count = 1;
+        try {
+          count = xt::DeviceApi::make(o.device)->count();
+        } catch (const std::exception& e) {
+          die(xt::kExitFailure, e.what());
+        }
+        for (int i = 0; i < o.ngpus; ++i) devlist[i] = i % count;
+      }
       std::vector<xcclComm_t> comms(o.ngpus, nullptr);
-      xcclResult_t r = xcclCommInitAllConfig(comms.data(), o.ngpus, nullptr, &cfg);
+      xcclResult_t r = xcclCommInitAllConfig(comms.data(), o.ngpus,
+                                             o.device == "host" ? nullptr : devlist.data(), &cfg);
       if (r != xcclSuccess) {
         die(xt::kExitFailure, std::string("xcclCommInitAllConfig failed: ") +
                                   xcclGetErrorString(r) + ": " + xcclGetLastError(nullptr));

@@ -157,11 +157,14 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        [&o](const std::string& v) { o.timeoutSec = static_cast<int>(toInt("-T", v, 1, 1 << 24)); }},
       {'s', "seed", "N", "seed of the generated inputs, default 1",
        [&o](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("-s", v, 0, 1L << 62)); }},
-      {'D', "device", "host|xdev",
-       "where buffers live: host memory (default), or xdev device memory with every "
-       "operation ordered on an xdev stream (rank i on xdev:i; like nccl-tests on GPUs)",
+      {'D', "device", "host|xdev|cuda",
+       "where buffers live: host memory (default), or device memory (xdev, or cuda in builds "
+       "with CUDA) with every operation ordered on a stream of the device (rank i on device "
+       "i modulo the device count; like nccl-tests on GPUs)",
        [&o](const std::string& v) {
-         if (v != "host" && v != "xdev") usageError("-D: unknown device '" + v + "' (host, xdev)");
+         if (v != "host" && v != "xdev" && v != "cuda") {
+           usageError("-D: unknown device '" + v + "' (host, xdev, cuda)");
+         }
          o.device = v;
        }},
       {0, "conformance", nullptr,

@@ -23,42 +23,37 @@
 
 #include "oob.h"
 #include "report.h"
-#include "xdev_runtime.h"
+#include "device_api.h"
 
 namespace xt {
 namespace {
 
 constexpr size_t kGuard = 256;
 
-// Host memory, or (--device xdev) device memory from xdevMalloc, with guard regions of a
-// known pattern on both sides of the region a case uses. A rank keeps its buffers for the
-// whole run and re-guards them per case (prepare), as nccl-tests allocates once: freeing
-// device memory synchronises the device, and with several ranks sharing a device a free
-// between cases could wait for a peer's stream that holds a collective needing this rank.
-// xdev memory is host-addressable (a simulated device), so filling and checking need no
-// copies; every read of a result comes after the rank's stream is synchronised.
+// A buffer on the run's device (-D) with guard regions of a known pattern on both sides of
+// the region a case uses. A rank keeps its buffers for the whole run and re-guards them per
+// case (prepare), as nccl-tests allocates once: freeing device memory synchronises the
+// device, and with several ranks sharing a device a free between cases could wait for a
+// peer's stream that holds a collective needing this rank. Filling and checking work on
+// host(): the memory itself where the host can address it (host, xdev), else a host mirror
+// that upload() copies to the device before an operation and download() copies back after
+// (cuda); every read of a result comes after the rank's stream is synchronised.
 class GuardedBuffer {
  public:
-  GuardedBuffer(size_t capacity, bool onXdev) : capacity_(capacity), xdev_(onXdev) {
-    void* p = nullptr;
-    if (xdev_) {
-      xdevError_t e = xdevMalloc(&p, capacity + 2 * kGuard);
-      if (e != xdevSuccess) {
-        throw std::runtime_error(std::string("xdevMalloc of ") + std::to_string(capacity) +
-                                 " bytes failed: " + xdevGetErrorString(e));
-      }
-    } else if (posix_memalign(&p, 64, capacity + 2 * kGuard) != 0) {
-      throw std::bad_alloc();
+  GuardedBuffer(size_t capacity, DeviceApi& api) : capacity_(capacity), api_(api) {
+    dev_ = static_cast<unsigned char*>(api_.alloc(capacity + 2 * kGuard));
+    if (api_.hostAddressable()) {
+      base_ = dev_;
+    } else {
+      void* p = nullptr;
+      if (posix_memalign(&p, 64, capacity + 2 * kGuard) != 0) throw std::bad_alloc();
+      base_ = static_cast<unsigned char*>(p);
     }
-    base_ = static_cast<unsigned char*>(p);
     for (size_t i = 0; i < kGuard; ++i) base_[i] = pattern(i);
   }
   ~GuardedBuffer() {
-    if (xdev_) {
-      xdevFree(base_);
-    } else {
-      std::free(base_);
-    }
+    if (base_ != dev_) std::free(base_);
+    api_.free(dev_);
   }
   GuardedBuffer(const GuardedBuffer&) = delete;
   GuardedBuffer& operator=(const GuardedBuffer&) = delete;
@@ -68,7 +63,14 @@ class GuardedBuffer {
     bytes_ = bytes;
     for (size_t i = 0; i < kGuard; ++i) base_[kGuard + bytes_ + i] = pattern(kGuard + i);
   }
-  unsigned char* data() { return base_ + kGuard; }
+  unsigned char* host() { return base_ + kGuard; }  // fill and check here
+  unsigned char* device() { return dev_ + kGuard; }  // give the library this
+  void upload() {
+    if (base_ != dev_) api_.copyIn(dev_, base_, bytes_ + 2 * kGuard);
+  }
+  void download() {
+    if (base_ != dev_) api_.copyOut(base_, dev_, bytes_ + 2 * kGuard);
+  }
   int64_t damage() const {
     int64_t bad = 0;
     for (size_t i = 0; i < kGuard; ++i) {
@@ -81,9 +83,10 @@ class GuardedBuffer {
  private:
   static unsigned char pattern(size_t i) { return static_cast<unsigned char>(0xA5 ^ (i * 0x3B)); }
   unsigned char* base_ = nullptr;
+  unsigned char* dev_ = nullptr;
   size_t capacity_;
   size_t bytes_ = 0;
-  bool xdev_;
+  DeviceApi& api_;
 };
 
 struct PlaceOut {
@@ -125,7 +128,6 @@ class RankRunner {
   void announce(int device);  // the header line of this rank, gathered for rank 0
   void call(xcclResult_t r, const std::string& what) const;
   void waitAll();
-  void xcheck(int xdevError, const char* what) const;
   void barrier();
   void issueOrThrow(const OpArgs& a, const void* send, void* recv);
   PlaceOut runPlace(const OpArgs& a, const Layout& l, bool inPlace, bool timed, int caseNo);
@@ -139,8 +141,9 @@ class RankRunner {
   bool printer_;
   OobClient oob_;
   xcclComm_t comm_ = nullptr;
-  xdevStream_t stream_ = nullptr;  // --device xdev: every operation is ordered on this stream
-  bool xdev_ = false;
+  std::unique_ptr<DeviceApi> dev_;  // -D: where buffers live
+  void* stream_ = nullptr;  // -D xdev|cuda: every operation is ordered on this stream
+  bool streams_ = false;    // the device has streams
   std::unique_ptr<GuardedBuffer> bufs_[2];  // kept for the run (see GuardedBuffer)
   GuardedBuffer& buffer(int i, size_t bytes);
   std::vector<std::string> rankLines_;
@@ -153,20 +156,13 @@ void RankRunner::call(xcclResult_t r, const std::string& what) const {
                            (detail && *detail ? std::string(": ") + detail : std::string()));
 }
 
-// Everything issued so far is complete: the communicator's operations and (xdev) the work
-// the stream holds behind them.
+// Everything issued so far is complete: the communicator's operations and (devices with
+// streams) the work the stream holds behind them.
 void RankRunner::waitAll() {
   xcclEvent_t ev;
   call(xcclEventRecord(&ev, comm_), "xcclEventRecord");
   call(xcclEventWait(&ev, -1), "xcclEventWait");
-  if (xdev_) xcheck(xdevStreamSynchronize(stream_), "xdevStreamSynchronize");
-}
-
-void RankRunner::xcheck(int e, const char* what) const {
-  if (e == xdevSuccess) return;
-  throw std::runtime_error(std::string(what) + " failed: " +
-                           xdevGetErrorString(static_cast<xdevError_t>(e)) + ": " +
-                           xdevGetLastErrorMessage());
+  if (streams_) dev_->streamSync(stream_);
 }
 
 void RankRunner::barrier() {
@@ -182,14 +178,16 @@ void RankRunner::issueOrThrow(const OpArgs& a, const void* send, void* recv) {
 
 void RankRunner::init() {
   oob_.connect(s_.oobHost, s_.oobPort, s_.rank, s_.nranks, s_.oobTimeoutSec);
-  xdev_ = opt_.device == "xdev";
+  dev_ = DeviceApi::make(opt_.device);
+  streams_ = opt_.device != "host";
   if (s_.comm != nullptr) {  // -g: xcclCommInitAllConfig made it on device s_.device
     comm_ = s_.comm;
-    if (xdev_) {
-      xcheck(xdevSetDevice(s_.device), "xdevSetDevice");
-      xcheck(xdevStreamCreate(&stream_), "xdevStreamCreate");
+    const int device = streams_ ? s_.device % dev_->count() : s_.device;  // as main.cc's devlist
+    if (streams_) {
+      dev_->setDevice(device);
+      stream_ = dev_->streamCreate();
     }
-    announce(s_.device);
+    announce(device);
     return;
   }
   xcclUniqueId id;
@@ -204,13 +202,11 @@ void RankRunner::init() {
   cfg.timeout_ms = static_cast<int64_t>(opt_.timeoutSec) * 1000;
   cfg.device = s_.device;
   cfg.name = "xccl-tests";
-  if (xdev_) {
-    int count = 0;
-    xcheck(xdevGetDeviceCount(&count), "xdevGetDeviceCount");
-    cfg.device = s_.device % count;  // more ranks than devices share them
-    cfg.deviceType = xcclDeviceXdev;
-    xcheck(xdevSetDevice(cfg.device), "xdevSetDevice");
-    xcheck(xdevStreamCreate(&stream_), "xdevStreamCreate");
+  if (streams_) {
+    cfg.device = s_.device % dev_->count();  // more ranks than devices share them
+    cfg.deviceType = dev_->type();
+    dev_->setDevice(cfg.device);
+    stream_ = dev_->streamCreate();
   }
   call(xcclCommInitRankConfig(&comm_, s_.nranks, id, s_.rank, &cfg), "xcclCommInitRankConfig");
   announce(cfg.device);
@@ -220,19 +216,21 @@ void RankRunner::announce(int device) {
   char line[512];
   std::snprintf(line, sizeof line, "Rank %3d Group %3d Pid %7d on %12s device %3d [%s]", s_.rank,
                 s_.group, static_cast<int>(getpid()), hostName().c_str(), device,
-                xdev_ ? "xdev" : getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE") : "host");
+                streams_ ? opt_.device.c_str()
+                : getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE")
+                                        : "host");
   rankLines_ = oob_.allgather(line);
 }
 
-// Buffer i, re-guarded for a case of `bytes` bytes. Grows when a case needs more. On xdev
-// it is sized up front for the largest layout any case can have (nranks x -e bytes), so it
+// Buffer i, re-guarded for a case of `bytes` bytes. Grows when a case needs more. On a device
+// with streams it is sized up front for the largest layout any case can have (nranks x -e bytes), so it
 // never grows mid-run (see GuardedBuffer for why a free there could deadlock).
 GuardedBuffer& RankRunner::buffer(int i, size_t bytes) {
   if (!bufs_[i] || bufs_[i]->capacity() < bytes) {
-    size_t most = opt_.maxBytes * (xdev_ ? static_cast<size_t>(s_.nranks) : 1) + 4096;
+    size_t most = opt_.maxBytes * (streams_ ? static_cast<size_t>(s_.nranks) : 1) + 4096;
     size_t cap = std::max(bytes, most);
     bufs_[i].reset();
-    bufs_[i] = std::make_unique<GuardedBuffer>(cap, xdev_);
+    bufs_[i] = std::make_unique<GuardedBuffer>(cap, *dev_);
   }
   bufs_[i]->prepare(bytes);
   return *bufs_[i];
@@ -243,36 +241,51 @@ PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bo
   const size_t es = typeInfo(a.type).size;
   GuardedBuffer* sendBuf = nullptr;
   GuardedBuffer* recvBuf = nullptr;
-  unsigned char *send, *recv;
+  unsigned char *send, *recv;        // host views: fill and check
+  unsigned char *devSend, *devRecv;  // what the library gets
   if (inPlace) {
     sendBuf = &buffer(0, l.inElems * es);
-    send = sendBuf->data() + l.inSendOff * es;
-    recv = sendBuf->data() + l.inRecvOff * es;
+    send = sendBuf->host() + l.inSendOff * es;
+    recv = sendBuf->host() + l.inRecvOff * es;
+    devSend = sendBuf->device() + l.inSendOff * es;
+    devRecv = sendBuf->device() + l.inRecvOff * es;
   } else {
     sendBuf = &buffer(0, l.sendElems * es);
     recvBuf = &buffer(1, l.recvElems * es);
-    send = sendBuf->data();
-    recv = recvBuf->data();
+    send = sendBuf->host();
+    recv = recvBuf->host();
+    devSend = sendBuf->device();
+    devRecv = recvBuf->device();
   }
+  auto upload = [&] {
+    sendBuf->upload();
+    if (recvBuf) recvBuf->upload();
+  };
+  auto download = [&] {
+    sendBuf->download();
+    if (recvBuf) recvBuf->download();
+  };
   Generator gen(a.type, domainFor(collInfo(a.coll).hasOp, a.op),
                 opt_.seed * 1000003ULL + static_cast<uint64_t>(caseNo));
   // Never 0 or 1, so an unwritten bool element is caught too.
   auto sentinel = static_cast<unsigned char>(0x80 | ((caseNo * 37 + (inPlace ? 11 : 0)) & 0x7f));
   if (inPlace) {
-    std::memset(sendBuf->data(), sentinel, l.inElems * es);
+    std::memset(sendBuf->host(), sentinel, l.inElems * es);
   } else {
     std::memset(recv, sentinel, l.recvElems * es);
   }
   gen.fill(send, s_.rank, 0, l.sendElems);
+  upload();
 
   PlaceOut out;
   out.ran = true;
   const char* where = inPlace ? "in-place" : "out-of-place";
   if (opt_.check || opt_.conformance) {
     double t0 = nowUs();
-    issueOrThrow(a, send, recv);
+    issueOrThrow(a, devSend, devRecv);
     waitAll();
     out.timeUs = nowUs() - t0;
+    download();
     if (opt_.injectFault && !inPlace && s_.rank == s_.nranks - 1 && l.recvElems > 0) {
       recv[0] ^= 0x5a;              // a wrong element (if this rank's result is checked)
       recv[l.recvElems * es] ^= 1;  // and an out-of-bounds write just past the buffer
@@ -291,7 +304,7 @@ PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bo
   if (timed && opt_.iters > 0) {
     auto batch = [&] {
       if (opt_.aggIters > 1) call(xcclGroupStart(), "xcclGroupStart");
-      for (int k = 0; k < opt_.aggIters; ++k) issueOrThrow(a, send, recv);
+      for (int k = 0; k < opt_.aggIters; ++k) issueOrThrow(a, devSend, devRecv);
       if (opt_.aggIters > 1) call(xcclGroupEnd(), "xcclGroupEnd");
     };
     for (int w = 0; w < opt_.warmup; ++w) batch();
@@ -301,6 +314,7 @@ PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bo
     for (int it = 0; it < opt_.iters; ++it) batch();
     waitAll();
     out.timeUs = (nowUs() - t0) / (static_cast<double>(opt_.iters) * opt_.aggIters);
+    download();
   }
   out.oob = sendBuf->damage() + (recvBuf ? recvBuf->damage() : 0);
   if (out.oob && out.note.empty()) {
@@ -474,7 +488,7 @@ int RankRunner::run() {
     comm_ = nullptr;
     bufs_[0].reset();
     bufs_[1].reset();
-    if (stream_ != nullptr) xdevStreamDestroy(stream_);
+    if (stream_ != nullptr) dev_->streamDestroy(stream_);
     oob_.close(true);
     return code;
   } catch (const std::exception& e) {
@@ -483,7 +497,7 @@ int RankRunner::run() {
     oob_.close(false);  // tells every other rank to stop
     if (comm_) xcclCommAbort(comm_);
     comm_ = nullptr;
-    if (stream_ != nullptr) xdevStreamDestroy(stream_);
+    if (stream_ != nullptr) dev_->streamDestroy(stream_);
     return kExitFailure;
   }
 }

@@ -164,17 +164,23 @@ void CudaDevice::finish(int err, const char* what) const {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(workStream())), what);
 }
 
+// Temporaries of a collective come and go on the progress thread while user streams are
+// held. cudaFree synchronizes the whole device, so it would wait for a stream that is held
+// until this very collective completes: a deadlock. The stream-ordered allocator on the
+// thread's work stream never waits for other streams.
 void* CudaDevice::alloc(size_t bytes) {
   current();
   void* p = nullptr;
-  check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  auto ws = static_cast<cudaStream_t>(workStream());
+  check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, ws), "cudaMallocAsync");
+  check(cudaStreamSynchronize(ws), "cudaMallocAsync");  // usable from any stream
   return p;
 }
 
 void CudaDevice::free(void* ptr) {
   if (ptr == nullptr) return;
   current();
-  check(cudaFree(ptr), "cudaFree");
+  check(cudaFreeAsync(ptr, static_cast<cudaStream_t>(workStream())), "cudaFreeAsync");
 }
 
 void CudaDevice::registerStaging(void* ptr, size_t bytes) {
@@ -318,7 +324,11 @@ void CudaDevice::streamResume(void* token) {
 }
 
 void* CudaDevice::allocShared(size_t bytes, std::string* handle) {
-  void* p = alloc(bytes);
+  // cudaMalloc, not the pool allocator: IPC exports only such memory. Made at communicator
+  // creation and freed at its destruction, when none of its holds is pending.
+  current();
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc of a payload lane");
   cudaIpcMemHandle_t h{};
   cudaError_t e = cudaIpcGetMemHandle(&h, p);
   if (e != cudaSuccess) {

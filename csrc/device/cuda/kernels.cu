@@ -156,6 +156,36 @@ unsigned blocksFor(size_t work) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+template <typename T>
+struct Type {
+  using type = T;
+};
+
+// f(Type<T>{}) for the element type of every dtype but bool.
+template <typename F>
+cudaError_t withType(xcclDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case xcclInt8:
+      return f(Type<int8_t>{});
+    case xcclUint8:
+      return f(Type<uint8_t>{});
+    case xcclInt32:
+      return f(Type<int32_t>{});
+    case xcclInt64:
+      return f(Type<int64_t>{});
+    case xcclFloat16:
+      return f(Type<__half>{});
+    case xcclBfloat16:
+      return f(Type<__nv_bfloat16>{});
+    case xcclFloat32:
+      return f(Type<float>{});
+    case xcclFloat64:
+      return f(Type<double>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 template <typename T, typename Op>
 cudaError_t reduceAs(void* dst, const void* a, const void* b, size_t n, cudaStream_t s) {
   const bool packed = aligned16(dst) && aligned16(a) && aligned16(b);
@@ -238,80 +268,40 @@ cudaError_t divideAs(void* dst, size_t n, int64_t divisor, cudaStream_t s) {
 cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count,
                          xcclDataType_t dtype, xcclRedOp_t op, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
-  switch (dtype) {
-    case xcclInt8:
-      return reduceTyped<int8_t>(dst, a, b, count, op, s);
-    case xcclUint8:
-      return reduceTyped<uint8_t>(dst, a, b, count, op, s);
-    case xcclInt32:
-      return reduceTyped<int32_t>(dst, a, b, count, op, s);
-    case xcclInt64:
-      return reduceTyped<int64_t>(dst, a, b, count, op, s);
-    case xcclFloat16:
-      return reduceTyped<__half>(dst, a, b, count, op, s);
-    case xcclBfloat16:
-      return reduceTyped<__nv_bfloat16>(dst, a, b, count, op, s);
-    case xcclFloat32:
-      return reduceTyped<float>(dst, a, b, count, op, s);
-    case xcclFloat64:
-      return reduceTyped<double>(dst, a, b, count, op, s);
-    case xcclBool:
-      return reduceBool(dst, a, b, count, op, s);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  if (dtype == xcclBool) return reduceBool(dst, a, b, count, op, s);
+  return withType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return reduceTyped<T>(dst, a, b, count, op, s);
+  });
 }
 
 cudaError_t launchScale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
                         const void* scalar, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
-  switch (dtype) {
-    case xcclInt8:
-      return scaleAs<int8_t>(dst, src, count, scalarOf<int8_t>(scalar), s);
-    case xcclUint8:
-      return scaleAs<uint8_t>(dst, src, count, scalarOf<uint8_t>(scalar), s);
-    case xcclInt32:
-      return scaleAs<int32_t>(dst, src, count, scalarOf<int32_t>(scalar), s);
-    case xcclInt64:
-      return scaleAs<int64_t>(dst, src, count, scalarOf<int64_t>(scalar), s);
-    case xcclFloat16:
-      return scaleAs<__half>(dst, src, count, __half2float(scalarOf<__half>(scalar)), s);
-    case xcclBfloat16:
-      return scaleAs<__nv_bfloat16>(dst, src, count,
-                                    __bfloat162float(scalarOf<__nv_bfloat16>(scalar)), s);
-    case xcclFloat32:
-      return scaleAs<float>(dst, src, count, scalarOf<float>(scalar), s);
-    case xcclFloat64:
-      return scaleAs<double>(dst, src, count, scalarOf<double>(scalar), s);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return withType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename Arith<T>::type;  // the 16-bit floats scale in float
+    T v = scalarOf<T>(scalar);
+    A factor;
+    if constexpr (std::is_same_v<T, __half>) {
+      factor = __half2float(v);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      factor = __bfloat162float(v);
+    } else {
+      factor = v;
+    }
+    return scaleAs<T>(dst, src, count, factor, s);
+  });
 }
 
 cudaError_t launchDivide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor,
                          cudaStream_t s) {
   if (count == 0) return cudaSuccess;
   if (divisor == 0) return cudaErrorInvalidValue;
-  switch (dtype) {
-    case xcclInt8:
-      return divideAs<int8_t>(dst, count, divisor, s);
-    case xcclUint8:
-      return divideAs<uint8_t>(dst, count, divisor, s);
-    case xcclInt32:
-      return divideAs<int32_t>(dst, count, divisor, s);
-    case xcclInt64:
-      return divideAs<int64_t>(dst, count, divisor, s);
-    case xcclFloat16:
-      return divideAs<__half>(dst, count, divisor, s);
-    case xcclBfloat16:
-      return divideAs<__nv_bfloat16>(dst, count, divisor, s);
-    case xcclFloat32:
-      return divideAs<float>(dst, count, divisor, s);
-    case xcclFloat64:
-      return divideAs<double>(dst, count, divisor, s);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return withType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return divideAs<T>(dst, count, divisor, s);
+  });
 }
 
 cudaError_t launchWaitFlag(const volatile uint32_t* flag, cudaStream_t s) {

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""allreduce on CUDA tensors: xccl vs gloo, against the GPU's own device-to-device copy
+bandwidth measured in the same run. Needs torch with CUDA and a GPU; ranks sit on
+cuda:(rank % GPU count), so with one GPU every rank shares it (what NCCL refuses).
+
+Per size: xccl (calls back to back on the current stream, one synchronize at the end),
+gloo on the same CUDA tensors (its own staging), the 8-byte latency of one synchronized
+call. busbw = bytes x 2(n-1)/n / time, as nccl-tests. The copy limit: one rank times
+`dst.copy_(src)` of the same size on its GPU (read + write of every byte).
+
+Usage: python bench/bench_cuda.py [--world-size 2] [--max-bytes 1G] [--json PATH]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_torch import fmt_bytes, init_groups, launch, metadata, parse_bytes  # noqa: E402
+
+
+def sizes(max_bytes):
+    s, out = 1 << 20, []
+    while s <= max_bytes:
+        out.append(s)
+        s *= 4
+    return out
+
+
+def timed(fn, iters, sync):
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / iters
+
+
+def worker(rank, world, port, q, a):
+    try:
+        groups = init_groups(rank, world, port, a.pg_timeout)
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        dev = torch.device("cuda", torch.cuda.current_device())
+        sync = torch.cuda.synchronize
+        bus = 2 * (world - 1) / world
+        rows = []
+        for nbytes in sizes(a.max_bytes):
+            n = nbytes // 4
+            t = torch.full((n,), float(rank + 1), device=dev)
+            dist.all_reduce(t)
+            sync()
+            assert float(t[0]) == world * (world + 1) / 2, "wrong allreduce result"
+            iters = max(3, min(50, (256 << 20) // nbytes))
+            x = timed(lambda: dist.all_reduce(t), iters, sync)
+            g = timed(lambda: dist.all_reduce(t, group=groups["gloo"]), max(2, iters // 4), sync)
+            src, dst = torch.empty_like(t), torch.empty_like(t)
+            c = timed(lambda: dst.copy_(src), iters, sync)
+            worst = [None] * world
+            dist.all_gather_object(worst, (x, g), group=groups["gloo"])
+            x, g = max(w[0] for w in worst), max(w[1] for w in worst)
+            rows.append({"bytes": nbytes, "xccl_s": x, "gloo_s": g, "copy_s": c,
+                         "xccl_busbw_GBs": nbytes * bus / x / 1e9,
+                         "gloo_busbw_GBs": nbytes * bus / g / 1e9,
+                         "copy_GBs": nbytes / c / 1e9})
+        small = torch.ones(2, device=dev)
+        lat = [timed(lambda: (dist.all_reduce(small), sync()), 200, sync) for _ in range(5)]
+        if rank == 0:
+            q.put({"rows": rows, "latency_8B_us": statistics.median(lat) * 1e6,
+                   "device": torch.cuda.get_device_name(dev)})
+        dist.barrier(group=groups["gloo"])
+        dist.destroy_process_group()
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("1G"))
+    p.add_argument("--pg-timeout", type=float, default=300)
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--json")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_cuda: torch has no CUDA or there is no GPU here; nothing to measure")
+    r = launch(worker, a.world_size, (a,), a.timeout)
+    print(f"# {r['device']}, {a.world_size} ranks, allreduce float32 (busbw GB/s)")
+    print(f"{'size':>8} {'xccl':>9} {'gloo':>9} {'copy':>9} {'xccl/copy':>9} {'xccl/gloo':>9}")
+    for row in r["rows"]:
+        print(f"{fmt_bytes(row['bytes']):>8} {row['xccl_busbw_GBs']:9.1f} "
+              f"{row['gloo_busbw_GBs']:9.2f} {row['copy_GBs']:9.1f} "
+              f"{row['xccl_busbw_GBs'] / row['copy_GBs']:9.2f} "
+              f"{row['gloo_s'] / row['xccl_s']:9.1f}")
+    print(f"8 B allreduce, synchronized: {r['latency_8B_us']:.1f} us")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": metadata({"bench": "bench_cuda"}), **r}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
