@@ -51,8 +51,11 @@ struct PeerInfo {
   std::string tcpAddr;   // "ip:port" of this rank's data listener
 };
 
-// The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id.
+// The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id + network
+// and pid namespaces (two network namespaces on one machine are two hosts).
 std::string localHostId();
+// "net:[4026531840]": the inode naming this process's namespace of a kind ("net", "pid").
+std::string namespaceId(const char* kind);
 
 struct PeerSetup {
   std::vector<PeerInfo> peers;                           // indexed by rank

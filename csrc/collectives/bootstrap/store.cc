@@ -199,14 +199,26 @@ std::string randomSecret() {
 
 void setThreadHostIdOverride(const std::string& hostId) { tlsHostIdOverride = hostId; }
 
+std::string namespaceId(const char* kind) {
+  char buf[64] = {0};
+  std::string link = strCat("/proc/self/ns/", kind);
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string(kind) + ":?";
+}
+
 std::string localHostId() {
   if (!tlsHostIdOverride.empty()) return tlsHostIdOverride;
   std::string id = xcclParamNodeId();
   if (!id.empty()) return id;
+  // What makes two processes "one host" for the shared-memory transport: the same machine
+  // (boot id: containers or VMs may share a hostname but not memory), the same hostname, the
+  // same network namespace (two namespaces are two hosts to the network, and how tests and
+  // users simulate hosts) and the same pid namespace (peers open each other's rings through
+  // /proc/<pid>). A value a user can set but has no reason to: XCCL_NODE_ID still overrides.
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  // The boot id tells apart containers or VMs that share a hostname but not memory.
-  return strCat(host, "/", readFirstLine("/proc/sys/kernel/random/boot_id"));
+  return strCat(host, "/", readFirstLine("/proc/sys/kernel/random/boot_id"), "/",
+                namespaceId("net"), "/", namespaceId("pid"));
 }
 
 std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {

@@ -12,16 +12,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "interfaces.h"
 
 namespace xccl {
 namespace net {
 
-// Interface to take addresses from (exact name, or a prefix such as "eth"); empty = auto.
+// Interfaces to take the address from, NCCL's syntax (interfaces.h); empty = auto.
 XCCL_PARAM_STR(SocketIfname, "SOCKET_IFNAME", "")
+// Address family: AF_INET (IPv4; AF_INET6 is refused with a clear error until it exists).
+XCCL_PARAM_STR(SocketFamily, "SOCKET_FAMILY", "AF_INET")
 
 namespace {
 // Polls sleep at most this long, so that abort flags are noticed promptly.
@@ -70,33 +74,24 @@ std::string peerAddrOf(int fd) {
 }
 
 sockaddr_in localAddress() {
-  std::string want = xcclParamSocketIfname();
-  sockaddr_in found{};
-  bool ok = false;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* ifa = list; ifa && !ok; ifa = ifa->ifa_next) {
-      if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET) continue;
-      if (!(ifa->ifa_flags & IFF_UP)) continue;
-      std::string name = ifa->ifa_name ? ifa->ifa_name : "";
-      if (!want.empty()) {
-        if (name.compare(0, want.size(), want) != 0) continue;
-      } else if (ifa->ifa_flags & IFF_LOOPBACK) {
-        continue;  // without a hint, prefer an address other hosts can reach
-      }
-      std::memcpy(&found, ifa->ifa_addr, sizeof(found));
-      ok = true;
-    }
-    freeifaddrs(list);
+  const std::string family = xcclParamSocketFamily();
+  XCCL_CHECK(family == "AF_INET" || family == "AF_INET6", "XCCL_SOCKET_FAMILY='", family,
+             "' (AF_INET or AF_INET6)");
+  if (family == "AF_INET6") {
+    throw InvalidUsage("XCCL_SOCKET_FAMILY=AF_INET6: the TCP transport speaks IPv4 only so far; "
+                       "leave it unset or set AF_INET");
   }
-  if (!ok) {
-    if (!want.empty()) {
-      throw InvalidUsage(strCat("XCCL_SOCKET_IFNAME=", want, ": no up IPv4 interface matches"));
-    }
-    found.sin_family = AF_INET;
-    found.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  }
+  const std::string spec = xcclParamSocketIfname();
+  std::vector<Interface> ifaces = listInterfaces();
+  std::string how, why;
+  const Interface* pick = chooseInterface(ifaces, spec, &how, &why);
+  if (pick == nullptr) throw InvalidUsage(why);
+  sockaddr_in found = pick->addr;
   found.sin_port = 0;
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    XCCL_INFO(NET, "interface ", pick->name, " ", formatAddr(found), " (", how, ")");
+  });
   return found;
 }
 

@@ -48,9 +48,10 @@ std::string formatAddr(const sockaddr_in& addr);
 // The peer address of a connected socket, for logs ("?" when unknown).
 std::string peerAddrOf(int fd);
 
-// The IPv4 address this host advertises: the interface named by XCCL_SOCKET_IFNAME
-// (exact name or prefix, e.g. "eth" or "lo"), else the first up, non-loopback IPv4
-// interface, else 127.0.0.1. Returns the address with port 0.
+// The IPv4 address this host advertises: the interface XCCL_SOCKET_IFNAME selects (NCCL's
+// syntax: prefixes, ^exclusions, =exact names; interfaces.h), else the first up interface
+// that is neither loopback nor a container bridge, else loopback. Logged once at INFO (NET).
+// Throws InvalidUsage, listing the interfaces there are, when nothing matches. Port 0.
 sockaddr_in localAddress();
 
 // A nonblocking listening socket bound to `addr` (port 0 = ephemeral).
