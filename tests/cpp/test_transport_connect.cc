@@ -194,6 +194,24 @@ TEST(Connect, TinyRingsWrapManyTimes) {
       90);
 }
 
+// A rank that waits for a late peer says so every XCCL_WAIT_NOTICE_S seconds, naming what it
+// waits for: a few lines, never a flood, and none for a wait shorter than the interval.
+TEST(Connect, LatePeerGetsOneNoticePerInterval) {
+  xccl_test::ScopedEnv every("XCCL_WAIT_NOTICE_S", "1");
+  auto store = xccl::makeMemoryStore();
+  std::atomic<bool> abortFlag{false};
+  testing::internal::CaptureStderr();
+  EXPECT_THROW(
+      xccl::connectPeers(*store, 0, 2, "s", xccl::getDevice(-1), Deadline::after(3500), abortFlag),
+      xccl::Timeout);
+  std::string err = testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = 0; (at = err.find("still waiting after", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_GE(lines, 2u) << err;
+  EXPECT_LE(lines, 4u) << err;
+  EXPECT_NE(err.find("for key 'peer/1' in the store (rank 0;"), std::string::npos) << err;
+}
+
 TEST(Connect, BadRingSizeIsRejected) {
   xccl_test::ScopedEnv shmSize("XCCL_SHM_BUFFSIZE", "1000");  // not a multiple of 64
   auto store = xccl::makeMemoryStore();

@@ -1,6 +1,7 @@
 #include "comm.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "../algorithms/algorithm.h"
 #include "common/error.h"
@@ -53,13 +54,23 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   for (auto& c : peers_.connections) conns.push_back(c.get());
   exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.ring, abort_);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  // The start-up summary: one line per rank saying where it runs and how it reaches peers.
+  int shm = 0, tcp = 0;
+  for (const auto& c : peers_.connections) {
+    if (c) (std::string(c->kind()) == "SHM" ? shm : tcp)++;
+  }
   XCCL_INFO(INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks,
-            " ready on device ", device_->busId(), " in ", ms, " ms; ", topo_.hosts.size(),
-            " host(s), ring", [&] {
+            " ready on ", peers_.peers[rank].hostname, " device ", device_->busId(),
+            " listening on ", peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm,
+            " peer(s) via SHM, ", tcp, " via TCP; ", topo_.hosts.size(), " host(s), ring",
+            [&] {
               std::string s;
               for (int r : topo_.ring) s += " " + std::to_string(r);
               return s;
-            }());
+            }(),
+            getenv("XCCL_ALGO") && *getenv("XCCL_ALGO")
+                ? strCat("; XCCL_ALGO=", getenv("XCCL_ALGO"))
+                : std::string("; algorithms chosen by size (docs/ALGORITHMS.md)"));
   if (rank == 0 && logEnabled(LogLevel::kInfo, TOPO)) XCCL_INFO(TOPO, "\n", describe());
   worker_ = std::thread([this] { progressLoop(); });
 }

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "common/wait_notice.h"
 #include "device/device.h"
 #include "shm/connection.h"
 #include "tcp/connection.h"
@@ -36,6 +37,9 @@ constexpr int64_t kStoreSliceMs = 250;
 
 std::string storeGet(Store& store, const std::string& key, int rank, const Deadline& deadline,
                      const std::atomic<bool>& abortFlag) {
+  WaitNotice notice(strCat("key '", key, "' in the store (rank ", rank,
+                           "; is the rank that writes it running?)"),
+                    BOOT);
   for (;;) {
     if (abortFlag.load())
       throw InvalidUsage(strCat("rank ", rank, ": aborted waiting for '", key, "' in the store"));
@@ -44,6 +48,7 @@ std::string storeGet(Store& store, const std::string& key, int rank, const Deadl
     try {
       return store.get(key, Deadline::after(slice));
     } catch (const Timeout&) {
+      notice.tick();
       if (deadline.expired()) {
         throw Timeout(strCat("rank ", rank, ": key '", key, "' did not appear in the store within ",
                              deadline.budgetMs(), " ms (is that rank running, with the same id?)"));

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "common/wait_notice.h"
 #include "interfaces.h"
 
 namespace xccl {
@@ -124,7 +125,9 @@ void setNonblockingNoDelay(int fd) {
 }
 
 short waitFd(int fd, short events, const WaitCtx& ctx) {
+  WaitNotice notice(ctx.what, NET);
   for (;;) {
+    notice.tick();
     if (ctx.abortFlag && ctx.abortFlag->load(std::memory_order_relaxed)) {
       throw InvalidUsage(strCat(ctx.what, ": aborted"));
     }
@@ -141,7 +144,9 @@ short waitFd(int fd, short events, const WaitCtx& ctx) {
 }
 
 Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx) {
+  WaitNotice notice(strCat(ctx.what, " (connection refused: is the peer up?)"), NET);
   for (int attempt = 0;; ++attempt) {
+    if (attempt > 0) notice.tick();
     Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     XCCL_SYSCHECK(fd.get(), "socket");
     int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
