@@ -85,6 +85,14 @@ def init() -> None:
     """Nothing to do: the runtime starts on first use."""
 
 
+def get_amp_supported_dtype() -> list:
+    """What ``torch.autocast("xdev")`` may cast to. xdev has no lower-precision kernels (each op
+    runs the CPU kernel in its own dtype), so only float32: ``torch.autocast("xdev",
+    enabled=False)`` works, and asking for float16/bfloat16 makes torch warn and disable
+    autocast rather than pretend."""
+    return [torch.float32]
+
+
 def device_count() -> int:
     return _C._device_count()
 

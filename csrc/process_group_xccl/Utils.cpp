@@ -204,6 +204,16 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
     *len = v.size();
     std::memcpy(value, v.data(), std::min(cap, v.size()));
     return 0;
+  } catch (const c10::DistStoreError& e) {
+    // A bounded wait that ran out is how libxccl waits: in short slices, so that it sees its
+    // deadline and abort flag, and naming who is late once per XCCL_WAIT_NOTICE_S. Printing
+    // each slice (with a C++ backtrace) flooded stderr while a peer was late.
+    if (timeout_ms > 0) return 1;
+    std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what_without_backtrace());
+    return 1;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what());
     return 1;

@@ -311,14 +311,20 @@ int rawConnect(const std::string& addr) {
   return fd;
 }
 
-std::string tcpHello(int from, int to, const std::string& secret) {
+// The handshake of tcp/connection.h: version 2 carries the socket's index, the number of
+// sockets per peer and the striping chunk.
+std::string tcpHello(int from, int to, const std::string& secret, uint32_t index = 0,
+                     uint32_t nsocks = 1, uint32_t chunk = 1 << 17) {
   std::string h = "XCTH";
-  xccl::net::putU32(h, 1);
+  xccl::net::putU32(h, 2);
   xccl::net::putU32(h, from);
   xccl::net::putU32(h, to);
   xccl::net::putU32(h, secret.size());
+  xccl::net::putU32(h, index);
+  xccl::net::putU32(h, nsocks);
+  xccl::net::putU32(h, chunk);
   h += secret;
-  h.resize(4 + 16 + 128, '\0');
+  h.resize(4 + 28 + 128, '\0');
   return h;
 }
 
@@ -339,11 +345,16 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
     std::string refusedSecret = "XCTR";
     xccl::net::putU32(refusedSecret, 1);
     xccl::net::putU32(refusedSecret, 1);
+    std::string refusedStriping = "XCTR";
+    xccl::net::putU32(refusedStriping, 2);
+    xccl::net::putU32(refusedStriping, 1);
     std::vector<Attempt> attempts = {
         {tcpHello(0, 1, wrong), refusedSecret},                // wrong secret
         {std::string(300, 'G'), ""},                           // garbage
         {tcpHello(0, 1, secret).substr(0, 10), ""},            // truncated, then EOF
         {tcpHello(0, 1, wrong.substr(0, 63)), refusedSecret},  // secret one byte short
+        {tcpHello(0, 1, secret, 5, 2), refusedStriping},       // socket 5 of 2
+        {tcpHello(0, 1, secret, 0, 2, 1000), refusedStriping},  // chunk not a multiple of 64
     };
     for (const Attempt& a : attempts) {
       int fd = rawConnect(target.tcpAddr);

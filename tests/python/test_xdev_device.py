@@ -116,3 +116,16 @@ def test_autoload_without_the_extension_warns_and_torch_works(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["privateuseone", "False", "2.0"]
     assert "could not be registered" in r.stderr
+
+
+def test_autocast_on_xdev_disabled_works_and_enabled_says_it_cannot():
+    import warnings
+
+    x = torch.ones(2, 2, device="xdev:0")
+    with torch.autocast("xdev", enabled=False):
+        assert (x @ x).dtype == torch.float32
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autocast("xdev", dtype=torch.float16):
+            assert (x @ x).dtype == torch.float32  # nothing is cast on xdev
+    assert any("xdev" in str(w.message) for w in caught), [str(w.message) for w in caught]

@@ -23,14 +23,23 @@ namespace tcp {
 
 // Bytes in each user-space socket ring (one send, one receive per peer); multiple of 64.
 XCCL_PARAM(SocketBuffsize, "SOCKET_BUFFSIZE", 4 << 20)
+// Sockets per peer: the byte stream is striped over them in chunks of XCCL_SOCKET_CHUNK
+// bytes (chunk c on socket c mod n), so one connection fills a link that one TCP flow
+// does not. The connecting side decides; the acceptor follows its handshake.
+XCCL_PARAM(Nsocks, "NSOCKS", 4)
+XCCL_PARAM(SocketChunk, "SOCKET_CHUNK", 128 << 10)
 
 namespace {
 
 constexpr char kHelloMagic[4] = {'X', 'C', 'T', 'H'};
 constexpr char kReplyMagic[4] = {'X', 'C', 'T', 'R'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kMaxSecret = 128;
-constexpr size_t kHelloBytes = 4 + 4 * 4 + kMaxSecret;
+// magic | version | from | to | secret length | socket index | sockets | chunk | secret
+constexpr size_t kHelloBytes = 4 + 7 * 4 + kMaxSecret;
+constexpr size_t kSecretAt = 4 + 7 * 4;
+constexpr uint32_t kMaxSocks = 64;
+constexpr uint32_t kMinChunk = 4096, kMaxChunk = 64u << 20;
 constexpr size_t kReplyBytes = 12;
 constexpr int kHandshakeMs = 5000;   // an accepted socket must say hello within this
 constexpr int kCloseFlushMs = 2000;  // close() waits at most this long for unsent bytes
@@ -49,10 +58,27 @@ struct Ring {
   void advanceHead(uint64_t n) { head.store(h() + n, std::memory_order_release); }
 };
 
+// The byte stream striped over n sockets: chunk c (bytes [c*chunk, (c+1)*chunk)) travels on
+// socket c mod n. Each socket keeps its own position in the stream (the next byte it sends
+// or receives, always inside one of its chunks); the send ring is free below the lowest
+// position, the receive ring holds a contiguous prefix up to the lowest position. One
+// socket (n = 1) is the plain stream.
 class TcpConnection : public Connection {
  public:
-  TcpConnection(int rank, int peer, std::string addr, net::Fd fd, Device& device)
-      : rank_(rank), peer_(peer), addr_(std::move(addr)), fd_(std::move(fd)), device_(device) {
+  TcpConnection(int rank, int peer, std::string addr, std::vector<net::Fd> fds, size_t chunk,
+                Device& device)
+      : rank_(rank),
+        peer_(peer),
+        addr_(std::move(addr)),
+        fds_(std::move(fds)),
+        chunk_(chunk),
+        device_(device) {
+    const size_t n = fds_.size();
+    for (size_t j = 0; j < n; ++j) {
+      sendNext_.push_back(j * chunk_);
+      recvNext_.push_back(j * chunk_);
+    }
+    recvEof_.assign(n, false);
     int64_t size = xcclParamSocketBuffsize();
     XCCL_CHECK(size >= 256 && size % 64 == 0 && size <= (int64_t(1) << 30),
                "XCCL_SOCKET_BUFFSIZE=", size, " must be a multiple of 64 between 256 and 1 GiB");
@@ -159,14 +185,15 @@ class TcpConnection : public Connection {
         if (flush()) {
           lastMove = now;
         } else {
-          pollfd p{fd_.get(), POLLOUT, 0};
-          ::poll(&p, 1, 10);
+          std::vector<pollfd> p;
+          for (auto& fd : fds_) p.push_back(pollfd{fd.get(), POLLOUT, 0});
+          ::poll(p.data(), p.size(), 10);
         }
       }
     } catch (const std::exception&) {
       // the peer is gone: nothing more to deliver
     }
-    ::shutdown(fd_.get(), SHUT_WR);
+    for (auto& fd : fds_) ::shutdown(fd.get(), SHUT_WR);
   }
 
   const char* kind() const override { return "TCP"; }
@@ -177,54 +204,90 @@ class TcpConnection : public Connection {
     return strCat("rank ", rank_, ": connection to rank ", peer_, " (", addr_, ")");
   }
 
-  // Ring -> socket. Returns true when bytes left.
+  // The next position after `pos` once it reaches the end of its chunk: the same socket's
+  // next chunk, n chunks on.
+  uint64_t nextChunkIfDone(uint64_t pos) const {
+    return pos % chunk_ == 0 ? pos + (fds_.size() - 1) * chunk_ : pos;
+  }
+
+  // Ring -> sockets. Returns true when bytes left.
   bool flush() {
     bool moved = false;
-    while (send_.used() != 0 && !sendBroken_) {
-      size_t pos = static_cast<size_t>(send_.tail % send_.size);
-      size_t n = std::min(send_.used(), send_.size - pos);
-      ssize_t got = ::send(fd_.get(), send_.data + pos, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (got > 0) {
-        send_.tail += static_cast<uint64_t>(got);
-        moved = true;
-        continue;
+    const uint64_t head = send_.h();
+    for (size_t j = 0; j < fds_.size() && !sendBroken_; ++j) {
+      uint64_t& at = sendNext_[j];
+      while (at < head) {
+        uint64_t chunkEnd = (at / chunk_ + 1) * chunk_;
+        size_t pos = static_cast<size_t>(at % send_.size);
+        size_t n = static_cast<size_t>(std::min<uint64_t>({head - at, chunkEnd - at,
+                                                           send_.size - pos}));
+        ssize_t got = ::send(fds_[j].get(), send_.data + pos, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (got > 0) {
+          at += static_cast<uint64_t>(got);
+          if (at == chunkEnd) at = nextChunkIfDone(at);
+          moved = true;
+          continue;
+        }
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (got < 0 && errno == EINTR) continue;
+        // The peer is gone (EPIPE, reset): note it; the engine decides whether that failed
+        // anything once it has read what the peer sent before leaving.
+        if (goneWhy_.empty()) goneWhy_ = strCat(" (send: ", errnoString(errno), ")");
+        sendBroken_ = true;
+        break;
       }
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (got < 0 && errno == EINTR) continue;
-      // The peer is gone (EPIPE, reset): note it; the engine decides whether that failed
-      // anything once it has read what the peer sent before leaving.
-      if (goneWhy_.empty()) goneWhy_ = strCat(" (send: ", errnoString(errno), ")");
-      sendBroken_ = true;
-      break;
     }
+    uint64_t low = head;
+    for (uint64_t at : sendNext_) low = std::min(low, at);
+    send_.tail = low;
     return moved;
   }
 
-  // Socket -> ring. Returns true when bytes arrived; notes EOF/reset in recvDone_.
+  // Sockets -> ring. Returns true when bytes arrived; notes EOF/reset in recvDone_.
   bool fill() {
     bool moved = false;
-    while (!recvDone_ && recv_.used() < recv_.size) {
-      size_t pos = static_cast<size_t>(recv_.h() % recv_.size);
-      size_t n = std::min(recv_.size - recv_.used(), recv_.size - pos);
-      ssize_t got = ::recv(fd_.get(), recv_.data + pos, n, MSG_DONTWAIT);
-      if (got > 0) {
-        recv_.advanceHead(static_cast<uint64_t>(got));
-        moved = true;
-        continue;
+    for (size_t j = 0; j < fds_.size() && !recvDone_; ++j) {
+      uint64_t& at = recvNext_[j];
+      while (!recvEof_[j]) {
+        const uint64_t limit = recv_.tail + recv_.size;  // the ring holds [tail, tail + size)
+        if (at >= limit) break;
+        uint64_t chunkEnd = (at / chunk_ + 1) * chunk_;
+        size_t pos = static_cast<size_t>(at % recv_.size);
+        size_t n = static_cast<size_t>(std::min<uint64_t>({limit - at, chunkEnd - at,
+                                                           recv_.size - pos}));
+        ssize_t got = ::recv(fds_[j].get(), recv_.data + pos, n, MSG_DONTWAIT);
+        if (got > 0) {
+          at += static_cast<uint64_t>(got);
+          if (at == chunkEnd) at = nextChunkIfDone(at);
+          moved = true;
+          continue;
+        }
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (got < 0 && errno == EINTR) continue;
+        if (got == 0) {
+          recvEof_[j] = true;  // this socket is done; the others may still hold data
+          if (goneWhy_.empty()) goneWhy_ = " (EOF)";
+        } else {
+          recvDone_ = true;  // reset: nothing more will come
+          if (goneWhy_.empty()) goneWhy_ = strCat(" (recv: ", errnoString(errno), ")");
+        }
       }
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (got < 0 && errno == EINTR) continue;
-      recvDone_ = true;
-      if (goneWhy_.empty()) goneWhy_ = got == 0 ? " (EOF)" : strCat(" (recv: ", errnoString(errno), ")");
     }
+    if (std::all_of(recvEof_.begin(), recvEof_.end(), [](bool e) { return e; })) recvDone_ = true;
+    uint64_t low = recvNext_[0];
+    for (uint64_t at : recvNext_) low = std::min(low, at);
+    if (low > recv_.h()) recv_.advanceHead(low - recv_.h());
     return moved;
   }
 
   int rank_, peer_;
   std::string addr_;
-  net::Fd fd_;
+  std::vector<net::Fd> fds_;
+  size_t chunk_;
   Device& device_;
   Ring send_, recv_;
+  std::vector<uint64_t> sendNext_, recvNext_;  // per socket: its next byte in the stream
+  std::vector<bool> recvEof_;                   // per socket: EOF seen
   size_t reserved_ = 0, peeked_ = 0;
   bool recvDone_ = false;   // EOF or error reading: the peer sent all it ever will
   bool sendBroken_ = false;  // EPIPE / reset writing: the peer reads no more
@@ -233,12 +296,16 @@ class TcpConnection : public Connection {
   bool closed_ = false;
 };
 
-std::string makeHello(int from, int to, const std::string& secret) {
+std::string makeHello(int from, int to, const std::string& secret, uint32_t index,
+                      uint32_t nsocks, uint32_t chunk) {
   std::string h(kHelloMagic, 4);
   net::putU32(h, kVersion);
   net::putU32(h, static_cast<uint32_t>(from));
   net::putU32(h, static_cast<uint32_t>(to));
   net::putU32(h, static_cast<uint32_t>(secret.size()));
+  net::putU32(h, index);
+  net::putU32(h, nsocks);
+  net::putU32(h, chunk);
   h += secret;
   h.resize(kHelloBytes, '\0');
   return h;
@@ -259,9 +326,15 @@ struct Pending {
   Clock::time_point since = Clock::now();
 };
 
+// What a verified hello says beyond the sender's rank.
+struct HelloInfo {
+  uint32_t index = 0, nsocks = 1, chunk = 0;
+};
+
 // Checks a complete hello. Returns the sender's rank, or -1 after logging the refusal
 // (and answering it, best effort, so a misconfigured rank learns why).
-int verifyHello(Pending& p, int rank, const std::set<int>& from, const std::string& secret) {
+int verifyHello(Pending& p, int rank, const std::set<int>& from, const std::string& secret,
+                HelloInfo* info) {
   const auto* b = reinterpret_cast<const unsigned char*>(p.hello.data());
   auto refuse = [&](Status status, const std::string& why) {
     XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": ", why);
@@ -275,12 +348,20 @@ int verifyHello(Pending& p, int rank, const std::set<int>& from, const std::stri
     return refuse(kOk, "bad handshake (not an xccl peer, or another version)");
   }
   uint32_t len = net::getU32(b + 16);
-  std::string theirs = len <= kMaxSecret ? p.hello.substr(20, len) : std::string();
+  std::string theirs = len <= kMaxSecret ? p.hello.substr(kSecretAt, len) : std::string();
   if (!net::constantTimeEqual(theirs, secret)) return refuse(kBadSecret, "bad secret");
   int src = static_cast<int>(net::getU32(b + 8));
   int dst = static_cast<int>(net::getU32(b + 12));
   if (dst != rank || !from.count(src)) {
     return refuse(kBadRank, strCat("unexpected ranks ", src, " -> ", dst));
+  }
+  info->index = net::getU32(b + 20);
+  info->nsocks = net::getU32(b + 24);
+  info->chunk = net::getU32(b + 28);
+  if (info->nsocks < 1 || info->nsocks > kMaxSocks || info->index >= info->nsocks ||
+      info->chunk < kMinChunk || info->chunk > kMaxChunk || info->chunk % 64 != 0) {
+    return refuse(kBadRank, strCat("bad socket striping from rank ", src, " (socket ", info->index,
+                                   " of ", info->nsocks, ", chunk ", info->chunk, ")"));
   }
   return src;
 }
@@ -298,6 +379,13 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
   std::map<int, std::unique_ptr<Connection>> out;
   std::vector<Pending> pending;
   std::vector<pollfd> fds;
+  // Sockets of a peer that has not connected all of its sockets yet.
+  struct Partial {
+    std::vector<net::Fd> fds;
+    uint32_t arrived = 0, chunk = 0;
+    std::string addr;
+  };
+  std::map<int, Partial> partial;
   while (!from.empty()) {
     fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
     for (auto& p : pending) fds.push_back({p.fd.get(), POLLIN, 0});
@@ -324,14 +412,31 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
         }
       }
       if (!drop && p.hello.size() == kHelloBytes) {
-        int src = verifyHello(p, rank, from, secret);
+        HelloInfo hi;
+        int src = verifyHello(p, rank, from, secret, &hi);
         if (src >= 0) {
-          std::string reply = makeReply(kOk, rank);
-          net::sendAll(p.fd.get(), reply.data(), reply.size(), ctx);
-          net::setNonblockingNoDelay(p.fd.get());
-          std::string addr = p.addr;
-          out[src] = std::make_unique<TcpConnection>(rank, src, addr, std::move(p.fd), device);
-          from.erase(src);
+          Partial& part = partial[src];
+          if (part.fds.empty()) {
+            part.fds.resize(hi.nsocks);
+            part.chunk = hi.chunk;
+            part.addr = p.addr;
+          }
+          if (part.fds.size() != hi.nsocks || part.chunk != hi.chunk || part.fds[hi.index].get() >= 0) {
+            XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": socket ",
+                      hi.index, " of ", hi.nsocks, " from rank ", src,
+                      " does not fit the ones it already opened");
+          } else {
+            std::string reply = makeReply(kOk, rank);
+            net::sendAll(p.fd.get(), reply.data(), reply.size(), ctx);
+            net::setNonblockingNoDelay(p.fd.get());
+            part.fds[hi.index] = std::move(p.fd);
+            if (++part.arrived == hi.nsocks) {
+              out[src] = std::make_unique<TcpConnection>(rank, src, part.addr, std::move(part.fds),
+                                                         part.chunk, device);
+              partial.erase(src);
+              from.erase(src);
+            }
+          }
         }
         drop = true;
       } else if (!drop && Clock::now() - p.since > std::chrono::milliseconds(kHandshakeMs)) {
@@ -359,22 +464,32 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
                                         const std::string& secret, Device& device,
                                         const net::WaitCtx& ctx) {
   XCCL_CHECK(secret.size() <= kMaxSecret, "secret of ", secret.size(), " bytes is too long");
-  net::Fd fd = net::connectTo(net::parseAddr(peerAddr), ctx);
-  std::string hello = makeHello(rank, peer, secret);
-  net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
-  unsigned char reply[kReplyBytes];
-  net::recvAll(fd.get(), reply, kReplyBytes, ctx);
-  uint32_t status = net::getU32(reply + 4);
-  int who = static_cast<int>(net::getU32(reply + 8));
-  if (std::memcmp(reply, kReplyMagic, 4) != 0 || who != peer) {
-    throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
+  const int64_t nsocks = xcclParamNsocks(), chunk = xcclParamSocketChunk();
+  XCCL_CHECK(nsocks >= 1 && nsocks <= kMaxSocks, "XCCL_NSOCKS=", nsocks, " must be 1..", kMaxSocks);
+  XCCL_CHECK(chunk >= kMinChunk && chunk <= kMaxChunk && chunk % 64 == 0, "XCCL_SOCKET_CHUNK=",
+             chunk, " must be a multiple of 64 between ", kMinChunk, " and ", kMaxChunk);
+  std::vector<net::Fd> fds;
+  for (uint32_t j = 0; j < static_cast<uint32_t>(nsocks); ++j) {
+    net::Fd fd = net::connectTo(net::parseAddr(peerAddr), ctx);
+    std::string hello = makeHello(rank, peer, secret, j, static_cast<uint32_t>(nsocks),
+                                  static_cast<uint32_t>(chunk));
+    net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
+    unsigned char reply[kReplyBytes];
+    net::recvAll(fd.get(), reply, kReplyBytes, ctx);
+    uint32_t status = net::getU32(reply + 4);
+    int who = static_cast<int>(net::getU32(reply + 8));
+    if (std::memcmp(reply, kReplyMagic, 4) != 0 || who != peer) {
+      throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
+    }
+    if (status != kOk) {
+      throw RemoteError(strCat(ctx.what, ": refused by peer: ",
+                               status == kBadSecret ? "bad secret (another communicator?)"
+                                                    : "unexpected rank or striping"));
+    }
+    fds.push_back(std::move(fd));
   }
-  if (status != kOk) {
-    throw RemoteError(
-        strCat(ctx.what, ": refused by peer: ",
-               status == kBadSecret ? "bad secret (another communicator?)" : "unexpected rank"));
-  }
-  return std::make_unique<TcpConnection>(rank, peer, peerAddr, std::move(fd), device);
+  return std::make_unique<TcpConnection>(rank, peer, peerAddr, std::move(fds),
+                                         static_cast<size_t>(chunk), device);
 }
 
 }  // namespace tcp
