@@ -9,6 +9,7 @@ Two nodes: the same on each node with --nnodes=2 --node_rank=0|1 --master_addr=A
 --batch-size is the total over all processes. See README.md.
 """
 import argparse
+import contextlib
 import csv
 import datetime
 import glob
@@ -205,7 +206,8 @@ def train(hyp, opt, device):
                     x["lr"] = np.interp(ni, xi, [hyp["warmup_bias_lr"] if j == 0 else 0.0, x["initial_lr"] * lf(epoch)])
                     if "momentum" in x:
                         x["momentum"] = np.interp(ni, xi, [hyp["warmup_momentum"], hyp["momentum"]])
-            with torch.autocast(device.type, enabled=amp):
+            # autocast(enabled=False) on xdev still asks torch.xdev for AMP dtypes, which it lacks
+            with torch.autocast(device.type) if amp else contextlib.nullcontext():
                 pred = model(imgs)
                 loss, loss_items = compute_loss(pred, targets)
                 if RANK != -1:

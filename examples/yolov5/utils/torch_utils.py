@@ -111,12 +111,13 @@ def one_cycle(y1=0.0, y2=1.0, steps=100):
 
 
 def params_digest(model):
-    """A float64 sum and a SHA-256 of every parameter and buffer: equal on all ranks when DDP
-    kept them in sync."""
+    """A float64 sum and a SHA-256 of every parameter: equal on all ranks when DDP kept them in
+    sync. (BatchNorm running statistics are buffers, updated by each rank from its own images
+    after DDP's last broadcast, so they are left out.)"""
     import hashlib
     h = hashlib.sha256()
     total = 0.0
-    for k, v in de_parallel(model).state_dict().items():
+    for k, v in de_parallel(model).named_parameters():
         t = v.detach().cpu().contiguous()
         h.update(k.encode())
         h.update(t.numpy().tobytes())
