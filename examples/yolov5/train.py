@@ -201,11 +201,11 @@ def train(hyp, opt, device):
             n_ep += imgs.shape[0]
             if ni <= nw:  # warm-up: accumulation, learning rates and momentum ramp up
                 xi = [0, nw]
-                accumulate = max(1, np.interp(ni, xi, [1, nbs / batch_size]).round())
+                accumulate = max(1, int(np.interp(ni, xi, [1, nbs / batch_size]).round()))
                 for j, x in enumerate(optimizer.param_groups):
-                    x["lr"] = np.interp(ni, xi, [hyp["warmup_bias_lr"] if j == 0 else 0.0, x["initial_lr"] * lf(epoch)])
+                    x["lr"] = float(np.interp(ni, xi, [hyp["warmup_bias_lr"] if j == 0 else 0.0, x["initial_lr"] * lf(epoch)]))
                     if "momentum" in x:
-                        x["momentum"] = np.interp(ni, xi, [hyp["warmup_momentum"], hyp["momentum"]])
+                        x["momentum"] = float(np.interp(ni, xi, [hyp["warmup_momentum"], hyp["momentum"]]))
             # autocast(enabled=False) on xdev still asks torch.xdev for AMP dtypes, which it lacks
             with torch.autocast(device.type) if amp else contextlib.nullcontext():
                 pred = model(imgs)
@@ -248,7 +248,9 @@ def train(hyp, opt, device):
                 if new:
                     w.writerow(CSV_KEYS)
                 w.writerow([f"{x:.6g}" if isinstance(x, float) else x for x in row])
-            plot_results(csv_path)
+            stopping = opt.stop_after and epoch + 1 >= opt.stop_after
+            if final_epoch or stopping:
+                plot_results(csv_path)  # matplotlib takes ~2 s: once, at the end
             if not opt.nosave or final_epoch:
                 ckpt = {"epoch": epoch, "best_fitness": best_fitness,
                         "model": {k: v.detach().cpu() for k, v in de_parallel(model).state_dict().items()},
