@@ -259,3 +259,15 @@ def test_resume_continues_the_curve(workdir):
     pa = params(w / "runs" / "straight" / "weights" / "last.pt")
     pb = params(w / "runs" / "cut" / "weights" / "last.pt")
     assert all(torch.allclose(pa[k], pb[k], atol=1e-5) for k in pa if pa[k].dtype.is_floating_point)
+
+    # the checkpoint serves val.py and detect.py
+    ckpt = str(w / "runs" / "cut" / "weights" / "last.pt")
+    out = run([sys.executable, "val.py", "--data", str(w / "data" / "data.yaml"), "--weights", ckpt,
+               "--imgsz", "64", "--device", "cpu", "--workers", "0"])
+    assert re.search(r"all +4 +\d+ ", out), out
+    out = run([sys.executable, "detect.py", "--weights", ckpt, "--source", str(w / "data" / "images" / "val"),
+               "--imgsz", "64", "--conf-thres", "0.0", "--max-det", "5", "--device", "cpu",
+               "--project", str(w / "detect"), "--save-txt"])
+    assert "4 images, 20 boxes" in out, out
+    assert len(list((w / "detect" / "exp").glob("*.jpg"))) == 4
+    assert len(list((w / "detect" / "exp" / "labels").glob("*.txt"))) == 4

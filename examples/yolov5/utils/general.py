@@ -82,17 +82,28 @@ def bbox_iou(box1, box2, xywh=True, CIoU=False, eps=1e-7):
 
 def nms(boxes, scores, iou_thres, max_keep=None):
     """Greedy NMS: repeatedly keep the best remaining box and drop those overlapping it by
-    more than iou_thres. Returns kept indices, best first. Stops after max_keep boxes."""
-    order = torch.argsort(scores, descending=True, stable=True)
+    more than iou_thres. Returns kept indices (torch.long), best first; stops after max_keep.
+    Runs in numpy on the host: one vectorised IoU row per kept box."""
+    if boxes.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    order = torch.argsort(scores, descending=True, stable=True).numpy()
+    b = boxes.detach().cpu().double().numpy()[order]
+    x1, y1, x2, y2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+    area = (x2 - x1) * (y2 - y1)
+    alive = np.ones(len(b), bool)
     keep = []
-    while order.numel():
-        i = order[0]
+    for i in range(len(b)):
+        if not alive[i]:
+            continue
         keep.append(i)
-        if order.numel() == 1 or (max_keep and len(keep) >= max_keep):
+        if max_keep and len(keep) >= max_keep:
             break
-        ious = box_iou(boxes[i][None], boxes[order[1:]])[0]
-        order = order[1:][ious <= iou_thres]
-    return torch.stack(keep) if keep else torch.zeros(0, dtype=torch.long)
+        w = np.clip(np.minimum(x2[i], x2) - np.maximum(x1[i], x1), 0, None)
+        h = np.clip(np.minimum(y2[i], y2) - np.maximum(y1[i], y1), 0, None)
+        inter = w * h
+        iou = inter / (area[i] + area - inter + 1e-7)
+        alive &= iou <= iou_thres
+    return torch.from_numpy(order[keep]).long()
 
 
 def non_max_suppression(prediction, conf_thres=0.25, iou_thres=0.45, classes=None, agnostic=False,

@@ -36,15 +36,15 @@ def match_image(det_boxes, det_scores, det_cls, gt_boxes, gt_cls, iouv=IOU_THRES
         tp = np.zeros((len(di), len(iouv)), bool)
         if len(gi):
             ious = iou_matrix(det_boxes[di], gt_boxes[gi])
-            for t, thr in enumerate(iouv):
-                thr = min(thr, 1 - 1e-10)
-                taken = np.zeros(len(gi), bool)
-                for k in range(len(di)):
-                    cand = np.where(taken, -1.0, ious[k])
-                    g = int(np.argmax(cand))
-                    if cand[g] >= thr:
-                        taken[g] = True
-                        tp[k, t] = True
+            thr = np.minimum(iouv, 1 - 1e-10)
+            taken = np.zeros((len(iouv), len(gi)), bool)  # per threshold: ground truth matched
+            rows = np.arange(len(iouv))
+            for k in np.nonzero((ious >= thr[0]).any(1))[0]:  # a det below every threshold is a FP
+                cand = np.where(taken, -1.0, ious[k][None, :])  # (T, G)
+                g = cand.argmax(1)
+                hit = cand[rows, g] >= thr
+                taken[rows[hit], g[hit]] = True
+                tp[k] = hit
         tps.append(tp)
         scores.append(det_scores[di])
         classes.append(np.full(len(di), c))
