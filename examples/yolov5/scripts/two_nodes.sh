@@ -19,6 +19,7 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 EPOCHS=${EPOCHS:-2} BATCH=${BATCH:-64} IMGSZ=${IMGSZ:-128} DEVICE=${DEVICE:-xdev}
 NPROC=${NPROC:-2} CFG=${CFG:-yolov5n.yaml} PORT=${PORT:-2289}
 OUT=${OUT:-$(mktemp -d /tmp/yolo_two_nodes.XXXX)}
+mkdir -p "$OUT"
 PY=${PYTHON:-$(command -v python3)}
 NS_A=yoloA$$ NS_B=yoloB$$ ADDR_A=10.77.0.1 ADDR_B=10.77.0.2
 
@@ -27,6 +28,7 @@ cleanup() {
   ip netns del "$NS_B" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM HUP PIPE  # so that cleanup runs
 ip netns add "$NS_A"
 ip netns add "$NS_B"
 ip link add vethA$$ type veth peer name vethB$$
@@ -37,7 +39,7 @@ ip -n "$NS_B" addr add $ADDR_B/24 dev vethB$$
 for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
 ip -n "$NS_A" link set vethA$$ up
 ip -n "$NS_B" link set vethB$$ up
-ip -n "$NS_A" addr show dev vethA$$ | grep -q "$ADDR_A"  # (no ping in minimal images)
+ip -n "$NS_A" addr show dev vethA$$ | grep "$ADDR_A" >/dev/null  # (no ping in minimal images)
 
 node() {  # node_rank ns node_id ifname
   ip netns exec "$2" env XCCL_NODE_ID="$3" XCCL_SOCKET_IFNAME="$4" OMP_NUM_THREADS=1 \
