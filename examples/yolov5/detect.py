@@ -38,6 +38,7 @@ def run(weights, source, imgsz=640, conf_thres=0.25, iou_thres=0.45, max_det=100
     device = select_device(device)
     model, ckpt = load_checkpoint(weights, device)
     names = ckpt.get("names") or model.names
+    imgsz = imgsz or int(ckpt.get("opt", {}).get("imgsz") or 640)
     src = Path(source)
     files = sorted(p for p in (src.rglob("*") if src.is_dir() else [src]) if p.suffix.lower() in IMG_FORMATS)
     if not files:
@@ -73,7 +74,8 @@ def parse_opt(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--weights", type=str, required=True)
     ap.add_argument("--source", type=str, required=True, help="image file or folder")
-    ap.add_argument("--imgsz", "--img", "--img-size", type=int, default=640)
+    ap.add_argument("--imgsz", "--img", "--img-size", type=int, default=None,
+                    help="default: the size the checkpoint was trained at, else 640")
     ap.add_argument("--conf-thres", type=float, default=0.25)
     ap.add_argument("--iou-thres", type=float, default=0.45)
     ap.add_argument("--max-det", type=int, default=1000)

@@ -93,6 +93,8 @@ def train(hyp, opt, device):
 
     data = validate.check_dataset(opt.data)
     nc, names = int(data["nc"]), list(data["names"])
+    if not opt.imgsz:  # not given: the data set's own size if its YAML says (make_synthetic.py), else 640
+        opt.imgsz = int(data.get("imgsz", 640))
 
     # Model: the same initial weights on every rank (DDP also broadcasts rank 0's)
     init_seeds(opt.seed)
@@ -290,7 +292,8 @@ def parse_opt(argv=None):
     ap.add_argument("--hyp", type=str, default=str(ROOT / "data/hyps/hyp.scratch-low.yaml"))
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=16, help="total over all processes")
-    ap.add_argument("--imgsz", "--img", "--img-size", type=int, default=640)
+    ap.add_argument("--imgsz", "--img", "--img-size", type=int, default=None,
+                    help="train/val image size (default: the data YAML's imgsz, else 640)")
     ap.add_argument("--resume", nargs="?", const=True, default=False, help="resume the most recent (or this) run")
     ap.add_argument("--nosave", action="store_true", help="only save the final checkpoint")
     ap.add_argument("--noval", action="store_true", help="only validate after the final epoch")

@@ -68,8 +68,9 @@ def run(data, weights=None, batch_size=32, imgsz=640, conf_thres=0.001, iou_thre
         device = next(model.parameters()).device
     else:
         device = select_device(device)
-        model, _ = load_checkpoint(weights, device)
+        model, ckpt = load_checkpoint(weights, device)
         data = check_dataset(data)
+        imgsz = imgsz or int(data.get("imgsz") or ckpt.get("opt", {}).get("imgsz") or 640)
     model.eval()
     nc = int(data["nc"])
     names = data.get("names", [str(i) for i in range(nc)])
@@ -114,7 +115,8 @@ def parse_opt(argv=None):
     ap.add_argument("--data", type=str, default="data/coco.yaml")
     ap.add_argument("--weights", type=str, required=True)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--imgsz", "--img", "--img-size", type=int, default=640)
+    ap.add_argument("--imgsz", "--img", "--img-size", type=int, default=None,
+                    help="default: the data YAML's imgsz, else the training size, else 640")
     ap.add_argument("--conf-thres", type=float, default=0.001)
     ap.add_argument("--iou-thres", type=float, default=0.6)
     ap.add_argument("--max-det", type=int, default=300)

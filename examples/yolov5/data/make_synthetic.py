@@ -128,7 +128,9 @@ def main(argv=None):
     write_split(out, "val", a.val, a.imgsz, np.random.default_rng(a.seed + 1_000_003))
     with open(os.path.join(out, "data.yaml"), "w") as f:
         yaml.safe_dump({"path": out, "train": "images/train", "val": "images/val",
-                        "nc": len(NAMES), "names": NAMES}, f, sort_keys=False)
+                        "nc": len(NAMES), "names": NAMES,
+                        "imgsz": a.imgsz},  # train.py/val.py default --imgsz for this set
+                       f, sort_keys=False)
     print(f"wrote {a.train} train + {a.val} val images of {a.imgsz}px to {out} (data: {out}/data.yaml)")
 
 
