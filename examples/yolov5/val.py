@@ -37,7 +37,7 @@ def check_dataset(data):
         d = yaml.safe_load(f)
     base = Path(d.get("path") or data.parent)
     if not base.is_absolute():
-        cand = [(data.parent / base), (ROOT / base)]
+        cand = [ROOT / base, data.parent / base]  # YOLOv5: relative to the example (../datasets/coco)
         base = next((c for c in cand if c.exists()), cand[0]).resolve()
     for k in ("train", "val", "test"):
         if d.get(k):
