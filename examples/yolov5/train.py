@@ -69,6 +69,14 @@ def increment_path(path, exist_ok=False):
     return Path(f"{path}{n}")
 
 
+def device_mem(device):
+    """Reserved device memory as YOLOv5's GPU_mem column shows it ('-' on the CPU)."""
+    mod = getattr(torch, device.type, None) if device.type != "cpu" else None
+    if mod is None or not hasattr(mod, "memory_reserved"):
+        return "-"
+    return f"{mod.memory_reserved(device) / 1e9:.3g}G"
+
+
 def plain(v):
     """opt values as types torch.load(weights_only=True) accepts."""
     return str(v) if isinstance(v, Path) else v
@@ -227,7 +235,7 @@ def train(hyp, opt, device):
             if main:
                 mloss = (mloss * i + loss_items.cpu()) / (i + 1)
                 it.set_description(("%11s" * 2 + "%11.4g" * 5) % (
-                    f"{epoch}/{epochs - 1}", device.type, *mloss.tolist(), targets.shape[0], imgs.shape[-1]))
+                    f"{epoch}/{epochs - 1}", device_mem(device), *mloss.tolist(), targets.shape[0], imgs.shape[-1]))
         dt_ep = time.time() - t_ep
         imgs_seen += n_ep
         train_time += dt_ep
