@@ -6,6 +6,7 @@ import io
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -271,3 +272,38 @@ def test_resume_continues_the_curve(workdir):
     assert "4 images, 20 boxes" in out, out
     assert len(list((w / "detect" / "exp").glob("*.jpg"))) == 4
     assert len(list((w / "detect" / "exp" / "labels").glob("*.txt"))) == 4
+
+
+def _can_make_netns():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        return False
+    name = f"yoloprobe{os.getpid()}"
+    ok = subprocess.run(["ip", "netns", "add", name], capture_output=True, timeout=10).returncode == 0
+    if ok:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+    return ok
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_two_nodes_from_network_namespaces(workdir):
+    """scripts/two_nodes.sh: two namespaces joined by a veth, one launcher each (2 x 2 ranks,
+    TCP between the nodes); every rank ends with the same weights."""
+    if not _can_make_netns():
+        pytest.skip("needs root and iproute2 (ip netns)")
+    w = workdir
+    env = dict(os.environ, DATA=str(w / "data" / "data.yaml"), CFG=str(w / "tiny.yaml"), EPOCHS="1", BATCH="8",
+               IMGSZ="64", OUT=str(w / "two_nodes"), PORT=str(free_port()))
+    p = subprocess.Popen(["bash", os.path.join(YOLO, "scripts", "two_nodes.sh"), "--hyp", str(w / "hyp.yaml"),
+                          "--workers", "0", "--noval"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 15)  # TERM: the script's trap removes its namespaces
+        out, _ = p.communicate(timeout=20)
+        pytest.fail(f"two nodes timed out:\n{out[-3000:]}")
+    assert p.returncode == 0, out[-4000:]
+    assert "DDP: backend=xccl world_size=4" in out, out[-3000:]
+    assert "OK: identical weights on all 4 ranks of 2 nodes" in out, out[-3000:]
+    sent = re.search(r"veth of node A: ([0-9.]+) MB received, ([0-9.]+) MB sent", out)
+    assert sent and float(sent.group(2)) > 0.1, out[-3000:]  # the nodes really talked over the veth

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The seed's two-node YOLOv5 run, simulated on one machine with two network namespaces joined
-# by a veth pair (needs root). Node A (10.77.0.1) hosts the rendezvous; one launcher per node:
+# by a veth pair. Node A (10.77.0.1) hosts the rendezvous; one launcher per node:
 #
 #   node A: python -m torch.distributed.launch --nproc_per_node 2 --nnodes=2 --node_rank=0 \
 #             --master_addr=10.77.0.1 --master_port=2289 train.py ... --device xdev
 #   node B: the same with --node_rank=1
 #
 # XCCL_NODE_ID=nodeA/nodeB makes torch_xccl treat the namespaces as two hosts (TCP between
-# them, shared memory within each); XCCL_SOCKET_IFNAME picks the veth. At the end every rank
-# prints a parameter checksum and SHA-256; the script checks that all ranks agree.
+# them, shared memory within each); XCCL_SOCKET_IFNAME picks the veth. Needs root and iproute2.
+# At the end every rank prints a parameter checksum and SHA-256; the script checks that all
+# ranks agree.
 #
 #   DATA=/path/to/data.yaml examples/yolov5/scripts/two_nodes.sh [extra train.py flags]
 # Environment: DATA (required), EPOCHS (2), BATCH (64), IMGSZ (128), DEVICE (xdev),
@@ -49,13 +50,13 @@ node() {  # node_rank ns node_id ifname
       --project "$OUT" --name two_nodes --exist-ok "${@:5}"
 }
 echo "two nodes: $NS_A ($ADDR_A) and $NS_B ($ADDR_B), $NPROC processes each; logs in $OUT"
-start=$(date +%s.%N)
+start=$(date +%s%N)
 node 0 "$NS_A" nodeA vethA$$ "$@" >"$OUT/nodeA.log" 2>&1 & pid_a=$!
 node 1 "$NS_B" nodeB vethB$$ "$@" >"$OUT/nodeB.log" 2>&1 & pid_b=$!
 rc=0
 wait $pid_a || rc=$?
 wait $pid_b || rc=$?
-end=$(date +%s.%N)
+end=$(date +%s%N)
 # bytes that crossed the "network" (rendezvous + TCP data between the nodes)
 ip -n "$NS_A" -s link show vethA$$ | awk '/RX:/{getline; rx=$1} /TX:/{getline; tx=$1} END{printf "veth of node A: %.1f MB received, %.1f MB sent\n", rx/1e6, tx/1e6}'
 grep -hE "DDP:|mAP@0.5 |completed in" "$OUT/nodeA.log" || true
@@ -63,7 +64,8 @@ sums=$(cat "$OUT/nodeA.log" "$OUT/nodeB.log" | grep -oE "rank [0-9]+ final param
 echo "$sums"
 nranks=$(echo "$sums" | grep -c . || true)
 ndistinct=$(echo "$sums" | awk '{print $6, $8}' | sort -u | grep -c . || true)
-printf 'wall time (both launchers): %.1f s\n' "$(echo "$end - $start" | bc)"
+ms=$(( (end - start) / 1000000 ))
+printf "wall time (both launchers): %d.%01d s\n" $((ms / 1000)) $((ms % 1000 / 100))
 if [ "$rc" -ne 0 ]; then
   echo "FAILED (exit $rc); see $OUT/nodeA.log and $OUT/nodeB.log"; tail -20 "$OUT/nodeA.log" "$OUT/nodeB.log"; exit 1
 fi
