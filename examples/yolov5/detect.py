@@ -1,7 +1,7 @@
 """Run a trained YOLOv5 checkpoint on a folder of images (or one image) and save them with
 their boxes drawn (and, with --save-txt, YOLO-format label files with confidences).
 
-    python detect.py --weights runs/train/exp/weights/best.pt --source ../datasets/shapes/images/val --imgsz 128
+    python detect.py --weights runs/train/exp/weights/best.pt --source datasets/shapes/images/val --imgsz 128
 """
 import argparse
 import sys

@@ -1,9 +1,9 @@
 """Train YOLOv5 on a YOLO-format data set, on one process or with DDP over torch_xccl.
 
 One process:
-    python train.py --data ../datasets/shapes/data.yaml --cfg yolov5n.yaml --weights '' --imgsz 128 --device cpu
+    python train.py --data datasets/shapes/data.yaml --cfg yolov5n.yaml --weights '' --imgsz 128 --device cpu
 Two processes (DDP, backend "xccl"), as the seed runs it:
-    python -m torch.distributed.launch --nproc_per_node 2 train.py --data ../datasets/shapes/data.yaml \
+    python -m torch.distributed.launch --nproc_per_node 2 train.py --data datasets/shapes/data.yaml \
         --cfg yolov5n.yaml --weights '' --epochs 2 --batch-size 64 --device xdev
 Two nodes: the same on each node with --nnodes=2 --node_rank=0|1 --master_addr=A --master_port=2289.
 --batch-size is the total over all processes. See README.md.

@@ -1,6 +1,6 @@
 """Validate a YOLOv5 checkpoint on a data set's val split: precision, recall, mAP@0.5, mAP@0.5:0.95.
 
-    python val.py --data ../datasets/shapes/data.yaml --weights runs/train/exp/weights/best.pt --imgsz 128
+    python val.py --data datasets/shapes/data.yaml --weights runs/train/exp/weights/best.pt --imgsz 128
 
 mAP is computed as pycocotools does (COCO matching, 101-point interpolation; utils/metrics.py).
 """

@@ -1,6 +1,6 @@
 """Write a small, learnable YOLO-format detection set: coloured shapes on textured backgrounds.
 
-    python data/make_synthetic.py --out ../datasets/shapes --train 800 --val 200 --imgsz 128
+    python data/make_synthetic.py --out datasets/shapes --train 800 --val 200 --imgsz 128
 
 Layout (what train.py / val.py read, the same as a YOLOv5 dataset):
 
