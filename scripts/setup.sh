@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh Debian machine (as root) and builds it:
-# system packages, torch==2.13.0 (CPU) and test tools from PyPI, the core library and its
+# system packages, torch==2.13.0 (CPU), test tools and the YOLOv5 example's needs (PyYAML,
+# Pillow; pycocotools for its mAP cross-check) from PyPI, the core library and its
 # tests (CMake, ./build), and the torch_xccl extension (editable install against the
 # installed torch). Safe to run again: each step is skipped when already done.
 set -euo pipefail
@@ -11,6 +12,7 @@ command -v cmake >/dev/null || need_apt+=(cmake)
 command -v g++ >/dev/null || need_apt+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(googletest libgtest-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need_apt+=(libcli11-dev)
+command -v ip >/dev/null || need_apt+=(iproute2)  # hosts made of network namespaces (tests)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -21,7 +23,7 @@ PY=${PYTHON:-python3}
 # torch is pinned: the unpinned name pulls a multi-GB CUDA build from the registry.
 $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q "pytest>=7" pytest-timeout numpy matplotlib ninja
+$PY -m pip install -q "pytest>=7" pytest-timeout numpy matplotlib ninja pyyaml pillow pycocotools
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"

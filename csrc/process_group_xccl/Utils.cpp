@@ -1,10 +1,12 @@
 #include "Utils.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include <c10/util/Exception.h>
 
@@ -196,7 +198,16 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
   try {
     auto* c = static_cast<StoreCtx*>(ctx);
     if (timeout_ms > 0) {
-      c->store->wait({key}, std::chrono::milliseconds(timeout_ms));
+      // libxccl waits in short slices (to see its deadline and abort flag). A Store::wait
+      // with a timeout makes torch's TCPStore log two warnings per expiry, a flood while a
+      // peer is late: poll with check(), which never waits, instead.
+      auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+      while (!c->store->check({key})) {
+        auto now = std::chrono::steady_clock::now();
+        if (now >= end) return 1;  // a bounded wait ran out: libxccl's Timeout, no log
+        std::this_thread::sleep_for(
+            std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(10), end - now));
+      }
     } else {
       c->store->wait({key});
     }

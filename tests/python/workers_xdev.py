@@ -23,13 +23,23 @@ def _dev(rank: int, kind: str = "xdev") -> torch.device:
     return torch.device("xdev", rank % 2)
 
 
+def _connected(rank: int) -> torch.device:
+    """The rank's device with the group's device communicator already made: its creation
+    blocks until every rank is there, which would absorb a peer's lateness and leave the
+    collective under test nothing to wait for."""
+    dev = _dev(rank)
+    dist.all_reduce(torch.ones(1, device=dev))
+    torch.xdev.synchronize()
+    return dev
+
+
 # ---------------------------------------------------------------- stream semantics
 
 def wait_orders_current_stream(rank, world, delay_s=1.0):
     """Rank 1 joins late. On rank 0, wait() must return at once (the host is not blocked),
     the Work is not complete yet, and a read queued on the current stream after wait() sees
     the reduced value: right only if wait() made the current stream wait for the collective."""
-    dev = _dev(rank)
+    dev = _connected(rank)
     x = torch.full((N,), float(rank + 1), device=dev)
     if rank == 1:
         time.sleep(delay_s)
@@ -60,7 +70,7 @@ def allocator_waits_for_the_collective(rank, world, delay_s=1.0):
     the same size on the same stream, which it overwrites. The collective only reads the
     input once rank 1 arrives (late): the gathered value is right only if the input's memory
     was recorded on the communication stream (so the allocator did not hand it out)."""
-    dev = _dev(rank)
+    dev = _connected(rank)
     out = torch.zeros(world * N, device=dev)
     if rank == 1:
         time.sleep(delay_s)
@@ -80,7 +90,7 @@ def allocator_waits_for_the_collective(rank, world, delay_s=1.0):
 
 def blocking_wait(rank, world, delay_s=0.5):
     """TORCH_XCCL_BLOCKING_WAIT=1: wait() returns only when the collective is done."""
-    dev = _dev(rank)
+    dev = _connected(rank)
     x = torch.ones(N, device=dev)
     if rank == 1:
         time.sleep(delay_s)

@@ -10,6 +10,7 @@
 
 #include "../algorithms/algorithm.h"
 #include "../bootstrap/bootstrap.h"
+#include "../transport/tcp/socket.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "comm.h"
@@ -229,6 +230,10 @@ xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank, const
                    "comm, store and its callbacks must be non-NULL");
     XCCL_CHECK_ARG(nranks > 0 && rank >= 0 && rank < nranks, "rank ", rank, " / nranks ", nranks,
                    " out of range");
+    // A setting every rank gets wrong alike (XCCL_SOCKET_IFNAME naming no interface) fails
+    // here, before the store: otherwise rank 0 failing first leaves the others waiting on
+    // its secret and reporting a lost store instead of the real cause.
+    net::localAddress();
     auto s = makeCallbackStore(*store, prefix ? prefix : "");
     int64_t t = config && config->timeout_ms > 0 ? config->timeout_ms : 30 * 60 * 1000;
     // Rank 0 draws the communicator secret; the store is the trusted channel.

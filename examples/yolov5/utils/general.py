@@ -81,16 +81,19 @@ def bbox_iou(box1, box2, xywh=True, CIoU=False, eps=1e-7):
 
 
 def nms(boxes, scores, iou_thres, max_keep=None):
-    """Greedy NMS: repeatedly keep the best remaining box and drop those overlapping it by
-    more than iou_thres. Returns kept indices (torch.long), best first; stops after max_keep.
-    Runs in numpy on the host: one vectorised IoU row per kept box."""
+    """Greedy NMS in torch (torchvision is not available beside the pinned torch): repeatedly
+    keep the best remaining box and drop those overlapping it by more than iou_thres.
+    Returns kept indices (torch.long), best first; stops after max_keep. Runs on CPU tensors
+    whatever the model's device (on xdev every small op would be a device round trip): one
+    vectorised IoU row per kept box."""
     if boxes.shape[0] == 0:
         return torch.zeros(0, dtype=torch.long)
-    order = torch.argsort(scores, descending=True, stable=True).numpy()
-    b = boxes.detach().cpu().double().numpy()[order]
-    x1, y1, x2, y2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+    scores = scores.detach().cpu()
+    order = torch.argsort(scores, descending=True, stable=True)
+    b = boxes.detach().cpu().double()[order]
+    x1, y1, x2, y2 = b.unbind(1)
     area = (x2 - x1) * (y2 - y1)
-    alive = np.ones(len(b), bool)
+    alive = torch.ones(len(b), dtype=torch.bool)
     keep = []
     for i in range(len(b)):
         if not alive[i]:
@@ -98,12 +101,11 @@ def nms(boxes, scores, iou_thres, max_keep=None):
         keep.append(i)
         if max_keep and len(keep) >= max_keep:
             break
-        w = np.clip(np.minimum(x2[i], x2) - np.maximum(x1[i], x1), 0, None)
-        h = np.clip(np.minimum(y2[i], y2) - np.maximum(y1[i], y1), 0, None)
+        w = (torch.minimum(x2[i], x2) - torch.maximum(x1[i], x1)).clamp_(min=0)
+        h = (torch.minimum(y2[i], y2) - torch.maximum(y1[i], y1)).clamp_(min=0)
         inter = w * h
-        iou = inter / (area[i] + area - inter + 1e-7)
-        alive &= iou <= iou_thres
-    return torch.from_numpy(order[keep]).long()
+        alive &= inter / (area[i] + area - inter + 1e-7) <= iou_thres
+    return order[torch.tensor(keep, dtype=torch.long)]
 
 
 def non_max_suppression(prediction, conf_thres=0.25, iou_thres=0.45, classes=None, agnostic=False,

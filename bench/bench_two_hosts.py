@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""allreduce between two hosts made of network namespaces: xccl (1 and 4 sockets per peer)
+vs gloo vs iperf3, on the bare veth link and shaped with tc (rate + delay). Root only.
+
+One rank per host, so every byte crosses the link (TCP). Per size the median of a few timed
+calls, each to completion; busbw = bytes x 2(n-1)/n / time = bytes / time for 2 ranks, the
+same unit as iperf3's goodput. iperf3 -P 4 (four flows, as the multi-socket transport uses)
+and -P 1 are measured on the same link just before.
+
+Usage: python bench/bench_two_hosts.py [--rate 1gbit --delay 0.5ms] [--json PATH]
+Needs iperf3 (apt-get install iperf3) and iproute2.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
+import netns  # noqa: E402  (the tests' namespace helper)
+
+SIZES = [8, 1 << 20, 64 << 20]
+
+WORKER = r"""
+import json, os, statistics, sys, time, torch, torch.distributed as dist, torch_xccl
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+groups = {}
+for n in (1, 4):
+    os.environ["XCCL_NSOCKS"] = str(n)  # read when the group's communicator connects
+    groups[f"xccl_{n}sock"] = dist.new_group(backend="xccl")
+groups["gloo"] = dist.group.WORLD
+out = {}
+for nbytes in json.loads(sys.argv[1]):
+    t = torch.ones(max(1, nbytes // 4))
+    iters = 20 if nbytes < (1 << 20) else 5 if nbytes <= (1 << 20) else 3
+    for name, g in groups.items():
+        dist.all_reduce(t, group=g)  # warm-up (and connection set-up)
+        times = []
+        for _ in range(iters):
+            dist.barrier(group=groups["gloo"])
+            t0 = time.perf_counter()
+            dist.all_reduce(t, group=g)
+            times.append(time.perf_counter() - t0)
+        out.setdefault(name, {})[nbytes] = statistics.median(times)
+if rank == 0:
+    print("RESULT " + json.dumps(out), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def iperf(hosts, flows, seconds=4):
+    server = hosts[1].popen(["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        p = hosts[0].popen(["iperf3", "-c", hosts[1].addr, "-P", str(flows), "-t", str(seconds),
+                            "-J"], stdout=subprocess.PIPE, text=True)
+        out, _ = p.communicate(timeout=seconds + 30)
+        return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8 / 1e9  # GB/s
+    finally:
+        server.kill()
+
+
+def run_case(hosts, port):
+    procs = []
+    for r, h in enumerate(hosts):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR=hosts[0].addr,
+                   MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        env.pop("XCCL_NODE_ID", None)
+        procs.append(h.popen([sys.executable, "-c", WORKER, json.dumps(SIZES)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    for p, o in zip(procs, outs):
+        if p.returncode != 0:
+            raise RuntimeError(o[-3000:])
+    line = [l for l in outs[0].splitlines() if l.startswith("RESULT ")][0]
+    return json.loads(line[len("RESULT "):])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", help="tc rate on each side's link, e.g. 1gbit (default: bare veth)")
+    ap.add_argument("--delay", default="0.5ms", help="tc delay with --rate (default 0.5ms)")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    why = netns.available()
+    if why:
+        sys.exit(f"bench_two_hosts: {why}")
+    with netns.two_hosts("B") as hosts:
+        if a.rate:
+            for h in hosts:
+                subprocess.run(["ip", "netns", "exec", h.name, "tc", "qdisc", "add", "dev", h.iface,
+                                "root", "netem", "rate", a.rate, "delay", a.delay], check=True)
+        link = {"iperf3_P1": iperf(hosts, 1), "iperf3_P4": iperf(hosts, 4)}
+        res = run_case(hosts, 29733)
+    shape = f"tc netem rate {a.rate} delay {a.delay} each way" if a.rate else "bare veth"
+    print(f"# two hosts (network namespaces + veth), {shape}; 1 rank per host, float32 allreduce")
+    print(f"# iperf3 -P 1: {link['iperf3_P1']:.3f} GB/s   iperf3 -P 4: {link['iperf3_P4']:.3f} GB/s")
+    print(f"{'size':>8} " + " ".join(f"{n + ' ms':>14} {'GB/s':>7}" for n in res))
+    for nbytes in SIZES:
+        cells = []
+        for name in res:
+            t = res[name][str(nbytes)] if str(nbytes) in res[name] else res[name][nbytes]
+            cells.append(f"{t * 1e3:14.3f} {nbytes / t / 1e9:7.3f}")
+        print(f"{nbytes:>8} " + " ".join(cells))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"shape": shape, "link": link, "allreduce_s": res}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
