@@ -24,9 +24,12 @@ namespace tcp {
 // Bytes in each user-space socket ring (one send, one receive per peer); multiple of 64.
 XCCL_PARAM(SocketBuffsize, "SOCKET_BUFFSIZE", 4 << 20)
 // Sockets per peer: the byte stream is striped over them in chunks of XCCL_SOCKET_CHUNK
-// bytes (chunk c on socket c mod n), so one connection fills a link that one TCP flow
-// does not. The connecting side decides; the acceptor follows its handshake.
-XCCL_PARAM(Nsocks, "NSOCKS", 4)
+// bytes (chunk c on socket c mod n), so one connection can fill a link that one TCP flow
+// does not (long round trips, loss). 1 by default: on the links measured so far (two
+// namespace hosts over veth, bare and rate-limited; BENCHMARKS.md section 9) one flow
+// already reached the link's or the cores' limit and more sockets only cost latency.
+// The connecting side decides; the acceptor follows its handshake.
+XCCL_PARAM(Nsocks, "NSOCKS", 1)
 XCCL_PARAM(SocketChunk, "SOCKET_CHUNK", 128 << 10)
 
 namespace {
