@@ -120,3 +120,19 @@ def run_world(fn, world_size, timeout=120.0, init=True, pg_timeout_s=60.0,
                 p.kill()
                 p.join(5)
     return [got.get(r, (None, None))[1] for r in range(world_size)]
+
+
+def communicate_all(procs, timeout):
+    """[(returncode, output)] of subprocesses started with stdout=PIPE (stderr merged); every
+    one still running when the first timeout strikes is killed, so a hang fails the test."""
+    out = []
+    try:
+        for p in procs:
+            text, _ = p.communicate(timeout=timeout)
+            out.append((p.returncode, text))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    return out

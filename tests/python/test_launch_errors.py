@@ -10,7 +10,7 @@ import time
 import pytest
 
 import netns
-from harness import free_port
+from harness import communicate_all, free_port
 
 INIT = """
 import datetime, os, sys, time, torch, torch.distributed as dist, torch_xccl
@@ -34,23 +34,11 @@ def start(rank, world, port, addr="127.0.0.1", prefix=(), **env):
                             stderr=subprocess.STDOUT, text=True, env=e)
 
 
-def results(procs, timeout=60):
-    out = []
-    try:
-        for p in procs:
-            text, _ = p.communicate(timeout=timeout)
-            out.append((p.returncode, text))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return out
-
-
 @pytest.mark.timeout(90)
 def test_wrong_interface_name_is_named_on_every_rank():
     port = free_port()
-    outs = results([start(r, 2, port, XCCL_SOCKET_IFNAME="=no-such-if9") for r in range(2)])
+    outs = communicate_all([start(r, 2, port, XCCL_SOCKET_IFNAME="=no-such-if9")
+                            for r in range(2)], 60)
     for rc, text in outs:
         assert rc == 3, text
         assert "XCCL_SOCKET_IFNAME==no-such-if9" in text and "up IPv4 interfaces:" in text, text
@@ -59,7 +47,7 @@ def test_wrong_interface_name_is_named_on_every_rank():
 @pytest.mark.timeout(90)
 def test_a_node_that_never_comes_times_out_with_an_error():
     t0 = time.monotonic()
-    (rc, text), = results([start(0, 2, free_port())])
+    (rc, text), = communicate_all([start(0, 2, free_port())], 60)
     assert rc == 3 and "ERROR" in text, text
     assert time.monotonic() - t0 < 60, text
 
@@ -71,6 +59,6 @@ def test_unreachable_master():
     with netns.two_hosts("U") as hosts:
         subprocess.run(["ip", "-n", hosts[1].name, "link", "set", hosts[1].iface, "down"],
                        check=True)
-        (rc, text), = results([start(1, 2, 29644, addr=hosts[0].addr,
-                                     prefix=["ip", "netns", "exec", hosts[1].name])])
+        (rc, text), = communicate_all([start(1, 2, 29644, addr=hosts[0].addr,
+                                             prefix=["ip", "netns", "exec", hosts[1].name])], 60)
     assert rc == 3 and "ERROR" in text, text

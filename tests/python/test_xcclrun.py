@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import netns
-from harness import free_port
+from harness import communicate_all, free_port
 from torch_xccl.launcher import cli
 from torch_xccl.launcher.environment import LaunchError, detect, tasks_per_node
 
@@ -96,20 +96,6 @@ def checksums(text):
     return re.findall(r"rank (\d+) final parameter checksum (\S+)", text)
 
 
-def finish(procs, timeout):
-    outs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=timeout)
-            outs.append((p.returncode, out))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(5)
-    return outs
-
-
 def demo_env(**extra):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.update(extra)
@@ -136,7 +122,7 @@ def test_one_process_per_rank_under_mpirun_variables():
                                            OMPI_COMM_WORLD_LOCAL_SIZE="2",
                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
              for r in range(2)]
-    outs = finish(procs, 170)
+    outs = communicate_all(procs, 170)
     text = "".join(o for _, o in outs)
     assert all(rc == 0 for rc, _ in outs), text
     sums = checksums(text)
@@ -176,7 +162,7 @@ def test_two_hosts_from_network_namespaces(mode):
             env.pop("XCCL_NODE_ID", None)  # the namespaces alone make them two hosts
             procs.append(h.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, env=env))
-        outs = finish(procs, 280)
+        outs = communicate_all(procs, 280)
     text = "\n".join(o for _, o in outs)
     assert all(rc == 0 for rc, _ in outs), text[-6000:]
     sums = checksums(text)
