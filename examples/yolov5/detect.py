@@ -16,20 +16,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from utils.dataloaders import IMG_FORMATS, letterbox  # noqa: E402
-from utils.general import non_max_suppression, scale_boxes, xyxy2xywh  # noqa: E402
+from utils.general import increment_path, non_max_suppression, scale_boxes, xyxy2xywh  # noqa: E402
 from utils.plots import draw_boxes  # noqa: E402
 from utils.torch_utils import select_device  # noqa: E402
 from val import load_checkpoint  # noqa: E402
-
-
-def increment_path(path, exist_ok=False):
-    path = Path(path)
-    if exist_ok or not path.exists():
-        return path
-    n = 2
-    while Path(f"{path}{n}").exists():
-        n += 1
-    return Path(f"{path}{n}")
 
 
 @torch.no_grad()

@@ -40,6 +40,7 @@ except ImportError:  # CPU/gloo still work without it
 import val as validate  # noqa: E402
 from models.yolo import Model, de_parallel, model_summary  # noqa: E402
 from utils.dataloaders import create_dataloader  # noqa: E402
+from utils.general import increment_path  # noqa: E402
 from utils.loss import ComputeLoss  # noqa: E402
 from utils.metrics import fitness  # noqa: E402
 from utils.plots import plot_results  # noqa: E402
@@ -57,16 +58,6 @@ CSV_KEYS = ["epoch", "train/box_loss", "train/obj_loss", "train/cls_loss", "metr
 def log(*a, **k):
     if RANK in (-1, 0):
         print(*a, **k, flush=True)
-
-
-def increment_path(path, exist_ok=False):
-    path = Path(path)
-    if exist_ok or not path.exists():
-        return path
-    n = 2
-    while Path(f"{path}{n}").exists():
-        n += 1
-    return Path(f"{path}{n}")
 
 
 def device_mem(device):

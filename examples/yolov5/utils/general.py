@@ -1,6 +1,7 @@
 """Box conversions, IoU, greedy NMS in torch (torchvision is not available beside the pinned torch)."""
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -166,3 +167,15 @@ class Timer:
         now = time.time()
         dt, self.t = now - self.t, now
         return dt
+
+
+def increment_path(path, exist_ok=False):
+    """runs/train/exp, then exp2, exp3, ... (YOLOv5's run folders); `path` itself when
+    exist_ok or when it does not exist yet."""
+    path = Path(path)
+    if exist_ok or not path.exists():
+        return path
+    n = 2
+    while Path(f"{path}{n}").exists():
+        n += 1
+    return Path(f"{path}{n}")

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -207,10 +208,20 @@ class TcpConnection : public Connection {
     return strCat("rank ", rank_, ": connection to rank ", peer_, " (", addr_, ")");
   }
 
-  // The next position after `pos` once it reaches the end of its chunk: the same socket's
-  // next chunk, n chunks on.
-  uint64_t nextChunkIfDone(uint64_t pos) const {
-    return pos % chunk_ == 0 ? pos + (fds_.size() - 1) * chunk_ : pos;
+  // The contiguous stretch a socket at stream position `at` may move through a ring of
+  // `size` bytes: up to `limit`, the end of its chunk and the ring's end. {ring offset, bytes}
+  std::pair<size_t, size_t> stretch(uint64_t at, uint64_t limit, size_t size) const {
+    uint64_t chunkEnd = (at / chunk_ + 1) * chunk_;
+    size_t pos = static_cast<size_t>(at % size);
+    return {pos, static_cast<size_t>(std::min<uint64_t>({limit - at, chunkEnd - at, size - pos}))};
+  }
+
+  // Moves a socket's position past `got` bytes; at the end of its chunk, on to its next
+  // chunk, n chunks on.
+  void advance(uint64_t& at, size_t got) const {
+    uint64_t chunkEnd = (at / chunk_ + 1) * chunk_;
+    at += got;
+    if (at == chunkEnd) at += (fds_.size() - 1) * chunk_;
   }
 
   // Ring -> sockets. Returns true when bytes left.
@@ -220,14 +231,10 @@ class TcpConnection : public Connection {
     for (size_t j = 0; j < fds_.size() && !sendBroken_; ++j) {
       uint64_t& at = sendNext_[j];
       while (at < head) {
-        uint64_t chunkEnd = (at / chunk_ + 1) * chunk_;
-        size_t pos = static_cast<size_t>(at % send_.size);
-        size_t n = static_cast<size_t>(std::min<uint64_t>({head - at, chunkEnd - at,
-                                                           send_.size - pos}));
+        auto [pos, n] = stretch(at, head, send_.size);
         ssize_t got = ::send(fds_[j].get(), send_.data + pos, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (got > 0) {
-          at += static_cast<uint64_t>(got);
-          if (at == chunkEnd) at = nextChunkIfDone(at);
+          advance(at, static_cast<size_t>(got));
           moved = true;
           continue;
         }
@@ -254,14 +261,10 @@ class TcpConnection : public Connection {
       while (!recvEof_[j]) {
         const uint64_t limit = recv_.tail + recv_.size;  // the ring holds [tail, tail + size)
         if (at >= limit) break;
-        uint64_t chunkEnd = (at / chunk_ + 1) * chunk_;
-        size_t pos = static_cast<size_t>(at % recv_.size);
-        size_t n = static_cast<size_t>(std::min<uint64_t>({limit - at, chunkEnd - at,
-                                                           recv_.size - pos}));
+        auto [pos, n] = stretch(at, limit, recv_.size);
         ssize_t got = ::recv(fds_[j].get(), recv_.data + pos, n, MSG_DONTWAIT);
         if (got > 0) {
-          at += static_cast<uint64_t>(got);
-          if (at == chunkEnd) at = nextChunkIfDone(at);
+          advance(at, static_cast<size_t>(got));
           moved = true;
           continue;
         }
