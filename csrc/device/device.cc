@@ -101,6 +101,15 @@ Device& getDevice(const std::string& requested, int ordinal) {
 
 Device& getDevice(int ordinal) { return getDevice("", ordinal); }
 
+DeviceWiring deviceWiring(const std::string& requested) {
+  const std::string kind = requested.empty() ? xcclParamDeviceKind() : requested;
+  if (kind == "xdev") return XdevDevice::wiring();
+#if defined(XCCL_WITH_CUDA)
+  if (kind == "cuda") return CudaDevice::wiring();
+#endif
+  return DeviceWiring();
+}
+
 void* Device::openShared(const std::string&, int, size_t) {
   throw InvalidUsage(strCat("device ", name(), " cannot map a peer's shared memory"));
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "xccl.h"
 
@@ -92,6 +93,25 @@ Device& getDevice(const std::string& kind, int ordinal);
 Device& getDevice(int ordinal);  // getDevice("", ordinal)
 // The kinds this build has, e.g. "host, xdev, cuda".
 const char* availableDeviceKinds();
+
+// How this host's devices of a kind are wired, for topology detection: how many there are,
+// each one's NUMA node, and for every pair the kind of the link ("XL" direct device link,
+// "PIX", "PXB", "PHB", "NODE", "SYS": the words of collectives/topology/system.h) and its
+// GB/s (0: not known). The host kind has no devices (count 0). xdev's wiring is simulated
+// (xdev_device.cc); CUDA's is read from the runtime and the PCI tree in sysfs.
+struct DeviceWiring {
+  int count = 0;
+  std::vector<int> numa;
+  std::vector<std::vector<std::string>> kind;
+  std::vector<std::vector<double>> gbs;
+  void resize(int n) {
+    count = n;
+    numa.assign(n, 0);
+    kind.assign(n, std::vector<std::string>(n, ""));
+    gbs.assign(n, std::vector<double>(n, 0));
+  }
+};
+DeviceWiring deviceWiring(const std::string& kind);
 
 // True for the reduction ops defined on dtype (e.g. no bitwise ops on floats).
 bool opSupported(xcclDataType_t dtype, xcclRedOp_t op);

@@ -26,16 +26,16 @@ using xccl_test::check;
 struct WorldParam {
   int n;
   std::string algo;  // XCCL_ALGO value; "" = automatic
-  bool twoHosts;
+  int hosts;  // ranks r, r + hosts, ... share a (fake) host
 };
 void PrintTo(const WorldParam& p, std::ostream* os) {
-  *os << p.n << " ranks, XCCL_ALGO=" << p.algo << (p.twoHosts ? ", 2 hosts" : "");
+  *os << p.n << " ranks, XCCL_ALGO=" << p.algo << ", " << p.hosts << " host(s)";
 }
 
 std::string paramName(const ::testing::TestParamInfo<WorldParam>& info) {
   return std::to_string(info.param.n) + "ranks_" +
          (info.param.algo.empty() ? "auto" : info.param.algo) +
-         (info.param.twoHosts ? "_2hosts" : "");
+         (info.param.hosts > 1 ? "_" + std::to_string(info.param.hosts) + "hosts" : "");
 }
 
 // One operation of a rank's batch: enqueue() issues it, verify() checks its result.
@@ -52,7 +52,8 @@ class Coll : public ::testing::TestWithParam<WorldParam> {
     algoEnv_ = std::make_unique<xccl_test::ScopedEnv>("XCCL_ALGO",
                                                       p.algo.empty() ? nullptr : p.algo.c_str());
     std::function<std::string(int)> hostOf;
-    if (p.twoHosts) hostOf = [](int r) { return std::string("fakehost") + char('A' + r % 2); };
+    const int hosts = p.hosts;
+    if (hosts > 1) hostOf = [hosts](int r) { return std::string("fakehost") + char('A' + r % hosts); };
     world_ = std::make_unique<ThreadWorld>(p.n, hostOf);
   }
   void TearDown() override {
@@ -617,12 +618,19 @@ TEST(CollSlicing, OddSliceAndChunkSizes) {
 std::vector<WorldParam> worlds() {
   std::vector<WorldParam> v;
   for (int n : {1, 2, 3, 4, 7, 8}) {
-    for (const char* algo : {"", "ring", "direct", "chain"}) v.push_back({n, algo, false});
+    for (const char* algo : {"", "ring", "direct", "chain"}) v.push_back({n, algo, 1});
   }
   // Ring order != rank order (ranks alternate between two hosts): ring indexing and TCP.
   for (int n : {3, 4, 7}) {
-    for (const char* algo : {"ring", "chain"}) v.push_back({n, algo, true});
+    for (const char* algo : {"ring", "chain"}) v.push_back({n, algo, 2});
   }
+  // Across hosts: hierarchical (hosts alike) and twolevel (any), and automatic choice.
+  v.push_back({4, "hierarchical", 2});
+  v.push_back({6, "hierarchical", 3});
+  v.push_back({8, "hierarchical", 2});
+  v.push_back({5, "twolevel", 2});
+  v.push_back({7, "twolevel", 3});
+  v.push_back({6, "", 3});
   return v;
 }
 

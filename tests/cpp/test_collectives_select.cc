@@ -106,3 +106,33 @@ TEST_F(Select, DecliningAlgorithmFallsBackWhenNotForced) {
 }
 
 }  // namespace
+
+namespace {
+
+// The documented choice across hosts (select.cc): hierarchical for large allreduce when the
+// hosts are alike, twolevel for small ones from XCCL_TWOLEVEL_MIN_HOSTS hosts on.
+TEST_F(Select, AllreduceAcrossHostsFollowsTheTopology) {
+  ScopedEnv algo("XCCL_ALGO", nullptr);
+  ScopedEnv max("XCCL_ALLREDUCE_DIRECT_MAX", "4096");
+  ex_.setHosts({{0, 1}, {2, 3}});
+  EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");  // 2 hosts: below the twolevel minimum
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "hierarchical");
+  ex_.setHosts({{0, 1}, {2}, {3}});  // 3 hosts, uneven
+  EXPECT_EQ(pick(CollType::kAllReduce, 1024), "twolevel");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");  // hierarchical declines
+  {
+    ScopedEnv minHosts("XCCL_TWOLEVEL_MIN_HOSTS", "4");
+    EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");
+  }
+  ex_.setHosts({{0}, {1}, {2}, {3}});  // one rank per host: nothing to gain from levels
+  EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
+  ex_.setHosts({{0, 1, 2, 3}});
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
+  {
+    ScopedEnv forced("XCCL_ALGO", "allreduce=hierarchical");
+    EXPECT_THROW(pick(CollType::kAllReduce, 1 << 20), xccl::InvalidUsage);  // one host
+  }
+}
+
+}  // namespace

@@ -77,7 +77,8 @@ TEST(CallbackStore, FailingSetIsAnIoError) {
 }
 
 TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
-  xccl::PeerInfo in{3, 4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555"};
+  xccl::PeerInfo in{3, 4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555", 5,
+                    "host a\ndevices 8\n"};
   std::string wire = xccl::serializePeerInfo(in, xccl::kPeerFlagNoShm);
   uint32_t flags = 0;
   xccl::PeerInfo out = xccl::parsePeerInfo(wire, &flags);
@@ -87,14 +88,16 @@ TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
   EXPECT_EQ(out.hostname, in.hostname);
   EXPECT_EQ(out.busId, in.busId);
   EXPECT_EQ(out.tcpAddr, in.tcpAddr);
+  EXPECT_EQ(out.device, 5);
+  EXPECT_EQ(out.topology, in.topology);
   EXPECT_EQ(flags, xccl::kPeerFlagNoShm);
   for (size_t n = 0; n < wire.size(); ++n) {
     EXPECT_THROW(xccl::parsePeerInfo(wire.substr(0, n)), xccl::RemoteError) << "length " << n;
   }
   EXPECT_THROW(xccl::parsePeerInfo(wire + "x"), xccl::RemoteError);
   std::string huge = wire;
-  huge[16] = '\xff';  // first string length becomes enormous
-  huge[17] = '\xff';
+  huge[20] = '\xff';  // first string length becomes enormous
+  huge[21] = '\xff';
   EXPECT_THROW(xccl::parsePeerInfo(huge), xccl::RemoteError);
 }
 

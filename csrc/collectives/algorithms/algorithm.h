@@ -27,7 +27,7 @@ struct Algorithm {
 const std::vector<Algorithm>& allAlgorithms();
 // The algorithm to use for args (honours XCCL_ALGO). Throws InvalidUsage if XCCL_ALGO
 // forces an algorithm that declines the call.
-const Algorithm& selectAlgorithm(const CollArgs& args, const Exchange& ex);
+const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex);
 // Throws InvalidArgument naming the collective and the bad value (dtype, op, root, peer,
 // counts, NULL buffers). The API edge calls it before enqueueing, so a bad argument is
 // returned to the caller and never fails the communicator.

@@ -21,6 +21,7 @@
 // "direct" (latency-optimal, small messages): one step. Every rank sends its whole sendbuf
 // to every other rank and receives the n-1 others into a temporary (slot i = rank i), then
 // folds in rank order: recvbuf = ((in0 op in1) op in2) ... - identical on every rank.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -65,21 +66,41 @@ void FoldInputs::fold(void* dst, size_t count, xcclDataType_t dtype, xcclRedOp_t
 
 namespace {
 
-// The whole ring schedule is posted before a single wait(): a block that arrives in one
-// step is forwarded in the next (sendForward) slice by slice as it lands, so a slice is
-// reduced, forwarded and copied while it is still in cache, and no step waits for the
-// previous one to finish.
+// One ring over `members` (ranks in ring order; I am at position `pos`) moving the blocks of
+// a region of the buffers. The whole schedule is posted before a single wait(): a block that
+// arrives in one step is forwarded in the next (sendForward) slice by slice as it lands, so
+// a slice is reduced, forwarded and copied while it is still in cache, and no step waits
+// for the previous one to finish.
 struct Ring {
   Exchange& ex;
-  const CollArgs& args;
-  const Blocks& blocks;
+  const char* sendbuf;  // the region's bases (the whole buffers for the flat ring)
+  char* recvbuf;
+  xcclDataType_t dtype;
+  xcclRedOp_t op;
+  Blocks blocks;  // the region cut into one block per member
+  int next, prev, pos, n;
   size_t elemSize, sliceBytes;
 
+  Ring(Exchange& ex, const CollArgs& args, const void* send, void* recv, size_t count,
+       const std::vector<int>& members, int pos)
+      : ex(ex),
+        sendbuf(static_cast<const char*>(send)),
+        recvbuf(static_cast<char*>(recv)),
+        dtype(args.dtype),
+        op(args.op),
+        blocks{count, static_cast<int>(members.size())},
+        next(members[(pos + 1) % members.size()]),
+        prev(members[(pos + members.size() - 1) % members.size()]),
+        pos(pos),
+        n(static_cast<int>(members.size())),
+        elemSize(dtypeSize(args.dtype)),
+        sliceBytes(pieceBytesKnob(xcclParamRingSlice())) {}
+
   // Sends block `b` from `base`, one message per slice.
-  void send(const void* base, int b) {
+  void send(const char* base, int b) {
     const size_t first = blocks.first(b);
     forEachPiece(blocks.size(b), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
-      ex.send(ex.ringNext(), at(base, (first + slice) * elemSize), elems * elemSize);
+      ex.send(next, base + (first + slice) * elemSize, elems * elemSize);
     });
   }
   // Receives block `b` from prev into recvbuf, reducing with sendbuf or plainly.
@@ -88,36 +109,131 @@ struct Ring {
     const size_t first = blocks.first(b);
     forEachPiece(blocks.size(b), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
       const size_t offset = (first + slice) * elemSize;
-      landed.push_back(reduce ? ex.recvReduce(ex.ringPrev(), at(args.recvbuf, offset),
-                                              at(args.sendbuf, offset), elems, args.dtype, args.op)
-                              : ex.recv(ex.ringPrev(), at(args.recvbuf, offset), elems * elemSize));
+      landed.push_back(reduce ? ex.recvReduce(prev, recvbuf + offset, sendbuf + offset, elems,
+                                              dtype, op)
+                              : ex.recv(prev, recvbuf + offset, elems * elemSize));
     });
     return landed;
   }
   void forward(const std::vector<MsgRef>& landed) {
-    for (const MsgRef& m : landed) ex.sendForward(ex.ringNext(), m);
+    for (const MsgRef& m : landed) ex.sendForward(next, m);
+  }
+
+  // Reduce-scatter, step s: send block pos-1-s (step 0 from sendbuf, later the block reduced
+  // in step s-1), recvReduce block pos-2-s. Returns the receipt of block pos (fully reduced).
+  std::vector<MsgRef> reduceScatter() {
+    send(sendbuf, mod(pos - 1, n));
+    std::vector<MsgRef> landed = recv(mod(pos - 2, n), /*reduce=*/true);
+    for (int s = 1; s < n - 1; ++s) {
+      forward(landed);
+      landed = recv(mod(pos - 2 - s, n), /*reduce=*/true);
+    }
+    return landed;
+  }
+  // Allgather, step s: pass on the block that landed last (step 0: block pos, as
+  // reduceScatter() receives it, or from recvbuf when `owned` is empty), receive block
+  // pos-1-s.
+  void allgather(const std::vector<MsgRef>& owned) {
+    std::vector<MsgRef> landed = owned;
+    for (int s = 0; s < n - 1; ++s) {
+      if (s == 0 && landed.empty()) {
+        send(recvbuf, pos);
+      } else {
+        forward(landed);
+      }
+      landed = recv(mod(pos - 1 - s, n), /*reduce=*/false);
+    }
   }
 };
 
 void ringRun(Exchange& ex, const CollArgs& args) {
-  const int n = ex.nranks(), p = ex.ringPos(ex.rank());
-  const Blocks blocks{args.count, n};
-  Ring ring{ex, args, blocks, dtypeSize(args.dtype), pieceBytesKnob(xcclParamRingSlice())};
-  // Reduce-scatter, step s: send block p-1-s (step 0 from sendbuf, later the block reduced
-  // in step s-1), recvReduce block p-2-s.
-  ring.send(args.sendbuf, mod(p - 1, n));
-  std::vector<MsgRef> landed = ring.recv(mod(p - 2, n), /*reduce=*/true);
-  for (int s = 1; s < n - 1; ++s) {
-    ring.forward(landed);
-    landed = ring.recv(mod(p - 2 - s, n), /*reduce=*/true);
-  }
-  // Allgather, step s: forward the block that landed last (step 0: block p, fully reduced
-  // here), receive block p-1-s.
-  for (int s = 0; s < n - 1; ++s) {
-    ring.forward(landed);
-    landed = ring.recv(mod(p - 1 - s, n), /*reduce=*/false);
-  }
+  Ring ring(ex, args, args.sendbuf, args.recvbuf, args.count, ex.ring(), ex.ringPos(ex.rank()));
+  ring.allgather(ring.reduceScatter());
   ex.wait();
+}
+
+// "hierarchical": H hosts of L ranks each. The buffer is cut into L blocks; the rank at
+// position i of its host's run owns block i:
+//   1. reduce-scatter along the host's run (shared memory): block i reduced over the host;
+//   2. allreduce of block i along the "column" of the ranks at position i of every host
+//      (the network: each rank moves 2(H-1)/H of 1/L of the buffer);
+//   3. allgather along the host's run.
+// Across hosts each host sends 2(H-1)/H of the buffer in all, where the flat ring sends
+// 2(n-1)/n of it through every host's network hop: for 2 hosts of 2 ranks, 1 against 1.5.
+void hierarchicalRun(Exchange& ex, const CollArgs& args) {
+  const auto& hosts = ex.hosts();
+  const auto& run = hosts[ex.hostOf(ex.rank())];
+  const int local = static_cast<int>(std::find(run.begin(), run.end(), ex.rank()) - run.begin());
+  std::vector<int> column;
+  for (const auto& h : hosts) column.push_back(h[local]);
+  const int host = ex.hostOf(ex.rank());
+
+  Ring intra(ex, args, args.sendbuf, args.recvbuf, args.count, run, local);
+  intra.reduceScatter();
+  ex.wait();
+  const size_t first = intra.blocks.first(local), elemSize = dtypeSize(args.dtype);
+  char* mine = static_cast<char*>(args.recvbuf) + first * elemSize;
+  Ring inter(ex, args, mine, mine, intra.blocks.size(local), column, host);
+  inter.allgather(inter.reduceScatter());
+  ex.wait();
+  intra.allgather({});
+  ex.wait();
+}
+
+// "twolevel" (small messages across many hosts): the first rank of each host's run is its
+// leader. Members send their input to the leader, which folds the host's inputs in run
+// order; leaders exchange the host results and fold them in host order; each leader sends
+// the result to its members. The network carries 2(H-1) messages per host instead of n-1
+// per rank; every rank gets the leaders' identical fold.
+void twolevelRun(Exchange& ex, const CollArgs& args) {
+  const auto& hosts = ex.hosts();
+  const int host = ex.hostOf(ex.rank()), nhosts = static_cast<int>(hosts.size());
+  const auto& run = hosts[host];
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  if (run[0] != ex.rank()) {
+    ex.send(run[0], args.sendbuf, bytes);
+    ex.recv(run[0], args.recvbuf, bytes);
+    ex.wait();
+    return;
+  }
+  const int members = static_cast<int>(run.size());
+  {
+    FoldInputs local(ex.device(), members, 0, args.sendbuf, args.recvbuf, bytes);
+    for (int j = 1; j < members; ++j) ex.recv(run[j], local.slot(j), bytes);
+    ex.wait();
+    local.fold(args.recvbuf, args.count, args.dtype, args.op);
+  }
+  if (nhosts > 1) {
+    FoldInputs across(ex.device(), nhosts, host, args.recvbuf, args.recvbuf, bytes);
+    for (int h = 0; h < nhosts; ++h) {
+      if (h != host) ex.send(hosts[h][0], args.recvbuf, bytes);
+    }
+    for (int h = 0; h < nhosts; ++h) {
+      if (h != host) ex.recv(hosts[h][0], across.slot(h), bytes);
+    }
+    ex.wait();
+    across.fold(args.recvbuf, args.count, args.dtype, args.op);
+  }
+  for (int j = 1; j < members; ++j) ex.send(run[j], args.recvbuf, bytes);
+  ex.wait();
+}
+
+bool twolevelSupports(const CollArgs& args, const Exchange& ex) {
+  size_t widest = 0;
+  for (const auto& h : ex.hosts()) widest = std::max(widest, h.size());
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  return ex.hosts().size() > 1 && widest > 1 &&
+         directTempFits(bytes, static_cast<int>(std::max(widest, ex.hosts().size())));
+}
+
+// Only for several hosts of several ranks each, all hosts alike.
+bool hierarchicalSupports(const CollArgs&, const Exchange& ex) {
+  const auto& hosts = ex.hosts();
+  if (hosts.size() < 2 || hosts[0].size() < 2) return false;
+  for (const auto& h : hosts) {
+    if (h.size() != hosts[0].size()) return false;
+  }
+  return true;  // blocks may be empty (count < ranks per host): they move nothing
 }
 
 bool ringSupports(const CollArgs&, const Exchange&) { return true; }
@@ -144,6 +260,8 @@ bool directSupports(const CollArgs& args, const Exchange& ex) {
 
 std::vector<Algorithm> allreduceAlgorithms() {
   return {{"ring", CollType::kAllReduce, ringSupports, ringRun},
+          {"hierarchical", CollType::kAllReduce, hierarchicalSupports, hierarchicalRun},
+          {"twolevel", CollType::kAllReduce, twolevelSupports, twolevelRun},
           {"direct", CollType::kAllReduce, directSupports, directRun}};
 }
 

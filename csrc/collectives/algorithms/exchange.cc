@@ -189,9 +189,23 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
   XCCL_CHECK(slice >= 64 && slice % 64 == 0, "XCCL_SLICE_BYTES=", slice,
              " must be a positive multiple of 64");
   sliceBytes_ = static_cast<size_t>(slice);
+  setHosts({ring_});
 }
 
 Exchange::~Exchange() = default;
+
+void Exchange::setHosts(std::vector<std::vector<int>> hosts) {
+  std::vector<int> hostOf(nranks_, -1);
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (int r : hosts[h]) {
+      XCCL_CHECK(r >= 0 && r < nranks_ && hostOf[r] < 0, "setHosts: rank ", r, " misplaced");
+      hostOf[r] = static_cast<int>(h);
+    }
+  }
+  for (int r = 0; r < nranks_; ++r) XCCL_CHECK(hostOf[r] >= 0, "setHosts: rank ", r, " missing");
+  hosts_ = std::move(hosts);
+  hostOf_ = std::move(hostOf);
+}
 
 void Exchange::beginOp(const OpSignature& sig, uint64_t collSeq, const Deadline& deadline,
                        bool streamingStores) {

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,13 @@ class Exchange {
   int ringPos(int rank) const { return ringPos_[rank]; }
   int ringNext() const { return ring_[(ringPos_[rank_] + 1) % nranks_]; }
   int ringPrev() const { return ring_[(ringPos_[rank_] + nranks_ - 1) % nranks_]; }
+  // The ranks of each host, each in ring order (topology/plan.h); by default one host.
+  // Hierarchical schedules run along a host's ranks and across the hosts.
+  void setHosts(std::vector<std::vector<int>> hosts);
+  const std::vector<std::vector<int>>& hosts() const { return hosts_; }
+  int hostOf(int rank) const { return hostOf_[rank]; }
+  // True the first time `key` is passed (the selector explains each choice once).
+  bool firstTime(const std::string& key) { return explained_.insert(key).second; }
 
   // Called by the communicator before each operation (collSeq 0 for point-to-point).
   // streamingStores: the operation's output is too large to stay in cache, so receives that
@@ -167,6 +175,9 @@ class Exchange {
   Device& device_;
   std::vector<Connection*> conns_;
   std::vector<int> ring_, ringPos_;
+  std::vector<std::vector<int>> hosts_;
+  std::vector<int> hostOf_;
+  std::set<std::string> explained_;
   const std::atomic<bool>& abort_;
   OpSignature sig_;
   uint64_t collSeq_ = 0;

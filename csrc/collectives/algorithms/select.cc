@@ -15,13 +15,20 @@
 //   the call runs:
 //
 //   collective      small (bytes <= knob)   large       knob (bytes of the whole buffer)
-//   allreduce       direct                  ring        XCCL_ALLREDUCE_DIRECT_MAX
+//   allreduce       direct (twolevel)       ring (hierarchical)   XCCL_ALLREDUCE_DIRECT_MAX
 //   broadcast       direct                  chain       XCCL_BROADCAST_DIRECT_MAX
 //   reduce          direct                  chain       XCCL_REDUCE_DIRECT_MAX
 //   allgather       direct                  ring        XCCL_ALLGATHER_DIRECT_MAX (output)
 //   reducescatter   direct                  ring        XCCL_REDUCESCATTER_DIRECT_MAX (input)
 //   alltoall(v)     pairwise; gather, scatter: direct;
 //   barrier: dissemination
+//
+//   Across hosts (topology/plan.h) allreduce prefers, when every host holds the same number
+//   (>= 2) of ranks, "hierarchical" for large messages (the network carries 2(H-1)/H of the
+//   buffer per host instead of 2(n-1)/n), and "twolevel" for small ones once there are
+//   XCCL_TWOLEVEL_MIN_HOSTS hosts or more (a leader per host: 2 network messages per host
+//   instead of n-1 per rank). Each choice is explained once per communicator at
+//   XCCL_DEBUG=INFO (subsystem COLL).
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -39,6 +46,7 @@ XCCL_PARAM(BroadcastDirectMax, "BROADCAST_DIRECT_MAX", 64 << 10)
 XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 64 << 10)
 XCCL_PARAM(AllgatherDirectMax, "ALLGATHER_DIRECT_MAX", 64 << 10)
 XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 256 << 10)
+XCCL_PARAM(TwolevelMinHosts, "TWOLEVEL_MIN_HOSTS", 3)
 
 namespace {
 
@@ -114,8 +122,18 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
                                             : std::vector<const char*>{large, small};
   };
   switch (args.type) {
-    case CollType::kAllReduce:
-      return bySize(bytes, xcclParamAllreduceDirectMax(), "direct", "ring");
+    case CollType::kAllReduce: {
+      const auto& hosts = ex.hosts();
+      const bool multiHost = hosts.size() > 1;
+      if (bytes <= static_cast<size_t>(xcclParamAllreduceDirectMax())) {
+        if (multiHost && static_cast<int64_t>(hosts.size()) >= xcclParamTwolevelMinHosts()) {
+          return {"twolevel", "direct", "ring"};
+        }
+        return {"direct", "ring"};
+      }
+      return multiHost ? std::vector<const char*>{"hierarchical", "ring"}
+                       : std::vector<const char*>{"ring", "direct"};
+    }
     case CollType::kBroadcast:
       return bySize(bytes, xcclParamBroadcastDirectMax(), "direct", "chain");
     case CollType::kReduce:
@@ -131,6 +149,29 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
 
 std::string describe(const CollArgs& args, const Exchange& ex) {
   return strCat(args.count, " x ", xcclTypeName(args.dtype), " on ", ex.nranks(), " ranks");
+}
+
+// Says once per communicator and (collective, algorithm) why the selector took it: the
+// size class, the hosts, and the preferred candidates that declined.
+void explainChoice(const CollArgs& args, Exchange& ex, const Algorithm& chosen,
+                   const std::vector<const char*>& order, size_t index) {
+  if (!logEnabled(LogLevel::kInfo, COLL)) return;
+  if (!ex.firstTime(strCat(collName(args.type), "/", chosen.name))) return;
+  std::string declined;
+  for (size_t i = 0; i < index; ++i) declined += strCat(i ? ", " : "", order[i]);
+  const auto& hosts = ex.hosts();
+  std::string shape = strCat(hosts.size(), " host(s) of ");
+  for (size_t h = 0; h < hosts.size(); ++h) shape += strCat(h ? "/" : "", hosts[h].size());
+  shape += " rank(s)";
+  XCCL_INFO(COLL, collName(args.type), " of ", args.count * dtypeSize(args.dtype), " bytes on ",
+            shape, ": algorithm ", chosen.name, " (candidates by size and topology: ",
+            [&] {
+              std::string s;
+              for (size_t i = 0; i < order.size(); ++i) s += strCat(i ? ", " : "", order[i]);
+              return s;
+            }(),
+            declined.empty() ? std::string() : strCat("; declined: ", declined),
+            "; XCCL_ALGO overrides, docs/ALGORITHMS.md)");
 }
 
 // ---- validation ----
@@ -260,7 +301,7 @@ const std::vector<Algorithm>& allAlgorithms() {
   return all;
 }
 
-const Algorithm& selectAlgorithm(const CollArgs& args, const Exchange& ex) {
+const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
   const std::string forced = forcedName(args.type);
   if (!forced.empty()) {
     const Algorithm* a = findAlgorithm(args.type, forced);
@@ -271,9 +312,12 @@ const Algorithm& selectAlgorithm(const CollArgs& args, const Exchange& ex) {
     }
     return *a;
   }
-  for (const char* name : tuningOrder(args, ex)) {
-    const Algorithm* a = findAlgorithm(args.type, name);
-    if (a != nullptr && a->supports(args, ex)) return *a;
+  const std::vector<const char*> order = tuningOrder(args, ex);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Algorithm* a = findAlgorithm(args.type, order[i]);
+    if (a == nullptr || !a->supports(args, ex)) continue;
+    explainChoice(args, ex, *a, order, i);
+    return *a;
   }
   for (const Algorithm& a : allAlgorithms()) {
     if (a.type == args.type && a.supports(args, ex)) return a;

@@ -49,6 +49,8 @@ struct PeerInfo {
   std::string hostname;  // for logs
   std::string busId;     // the Device's busId
   std::string tcpAddr;   // "ip:port" of this rank's data listener
+  int device = -1;       // the device's ordinal on its host (-1: host memory, no device)
+  std::string topology;  // this host as detected (topology/detect.h, topo_file.h text) or ""
 };
 
 // The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id + network
@@ -65,9 +67,10 @@ struct PeerSetup {
 // Exchanges PeerInfo through `store` (keys under "peer/<rank>") and connects to every
 // other rank. `secret` authenticates every connection; `abortFlag` set by another thread
 // stops the wait. Logs one "rank a -> b via SHM|TCP" line per connection (INFO, INIT).
+// `hostTopology` is published as PeerInfo::topology.
 PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
                        Device& device, const Deadline& deadline,
-                       const std::atomic<bool>& abortFlag);
+                       const std::atomic<bool>& abortFlag, const std::string& hostTopology = "");
 
 // 32 random bytes, hex encoded, from the OS entropy source.
 std::string randomSecret();

@@ -8,8 +8,9 @@
 
 namespace xccl {
 
-// Wire form of PeerInfo: "XPI1", then rank, pid and flags (u32 LE), then four length-prefixed
-// strings (u32 LE length + bytes). parsePeerInfo throws RemoteError on anything
+// Wire form of PeerInfo: "XPI2", then rank, pid, flags and device ordinal (u32 LE), then five
+// length-prefixed strings (u32 LE length + bytes; the topology text up to 64 KiB, the others
+// up to 4 KiB). parsePeerInfo throws RemoteError on anything
 // malformed (truncated, oversized field, trailing bytes) and never reads out of bounds.
 // `flags` carries per-rank transport choices that both ends of a pair must agree on
 // (bit 0: this rank has XCCL_SHM_DISABLE set).

@@ -26,6 +26,7 @@ namespace {
 // Values larger than this are refused: a store holds small rendezvous records.
 constexpr size_t kMaxStoreValue = 64u << 20;
 constexpr uint32_t kMaxPeerField = 4096;
+constexpr uint32_t kMaxTopologyField = 64 << 10;  // a host's topology text
 
 class MemoryStore : public Store {
  public:
@@ -118,9 +119,9 @@ class Reader {
     skip(4);
     return v;
   }
-  std::string str() {
+  std::string str(uint32_t max = kMaxPeerField) {
     uint32_t n = u32();
-    if (n > kMaxPeerField) throw RemoteError(strCat("malformed PeerInfo: field of ", n, " bytes"));
+    if (n > max) throw RemoteError(strCat("malformed PeerInfo: field of ", n, " bytes"));
     need(n);
     std::string s(reinterpret_cast<const char*>(p_), n);
     skip(n);
@@ -222,12 +223,15 @@ std::string localHostId() {
 }
 
 std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {
-  std::string out = "XPI1";
+  std::string out = "XPI2";
   net::putU32(out, static_cast<uint32_t>(info.rank));
   net::putU32(out, static_cast<uint32_t>(info.pid));
   net::putU32(out, flags);
-  for (const std::string* s : {&info.hostId, &info.hostname, &info.busId, &info.tcpAddr}) {
-    XCCL_CHECK(s->size() <= kMaxPeerField, "PeerInfo field too long: ", s->size());
+  net::putU32(out, static_cast<uint32_t>(info.device));
+  for (const std::string* s :
+       {&info.hostId, &info.hostname, &info.busId, &info.tcpAddr, &info.topology}) {
+    const uint32_t max = s == &info.topology ? kMaxTopologyField : kMaxPeerField;
+    XCCL_CHECK(s->size() <= max, "PeerInfo field too long: ", s->size());
     net::putU32(out, static_cast<uint32_t>(s->size()));
     out += *s;
   }
@@ -235,7 +239,7 @@ std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {
 }
 
 PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags) {
-  if (bytes.size() < 4 || bytes.compare(0, 4, "XPI1") != 0) {
+  if (bytes.size() < 4 || bytes.compare(0, 4, "XPI2") != 0) {
     throw RemoteError("malformed PeerInfo: bad magic");
   }
   Reader r(bytes, 4);
@@ -244,10 +248,13 @@ PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags) {
   info.pid = static_cast<int>(r.u32());
   uint32_t f = r.u32();
   if (flags) *flags = f;
+  info.device = static_cast<int32_t>(r.u32());
+  if (info.device < -1) throw RemoteError("malformed PeerInfo: device ordinal below -1");
   info.hostId = r.str();
   info.hostname = r.str();
   info.busId = r.str();
   info.tcpAddr = r.str();
+  info.topology = r.str(kMaxTopologyField);
   if (r.left() != 0) throw RemoteError("malformed PeerInfo: trailing bytes");
   return info;
 }

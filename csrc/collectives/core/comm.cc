@@ -4,6 +4,9 @@
 #include <cstdlib>
 
 #include "../algorithms/algorithm.h"
+#include "../topology/detect.h"
+#include "../topology/render.h"
+#include "../topology/topo_file.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -20,6 +23,10 @@ XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20)
 // cores a spinning caller takes the core its own progress thread needs (measured in
 // BENCHMARKS.md); raise it only when cores outnumber ranks.
 XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
+// A topology file (topology/topo_file.h) instead of detection; XCCL_TOPO_DETECT=0 plans from
+// host identities alone.
+XCCL_PARAM_STR(TopoFile, "TOPO_FILE", "")
+XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1)
 
 const char* deviceKind(xcclDeviceType_t type) {
   switch (type) {
@@ -46,13 +53,34 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       device_(&getDevice(deviceKind(config.deviceType), config.device)) {
   setLogRank(rank);
   auto t0 = Clock::now();
-  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_), abort_);
-  std::vector<std::string> hostIds;
-  for (const auto& p : peers_.peers) hostIds.push_back(p.hostId);
-  topo_ = buildTopology(hostIds);
+  const std::string topoFile = xcclParamTopoFile();
+  std::string hostText;
+  if (topoFile.empty() && xcclParamTopoDetect() != 0) {
+    try {
+      hostText = topo::formatSystem(topo::detectHost(device_->name()));
+    } catch (const std::exception& e) {  // planning falls back to host identities
+      XCCL_WARN(TOPO, "rank ", rank, ": topology detection failed (", e.what(),
+                "); rings follow host identities only");
+    }
+  }
+  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_), abort_,
+                        hostText);
+  std::vector<std::string> hostIds, hostTexts;
+  std::vector<int> ordinals;
+  for (const auto& p : peers_.peers) {
+    hostIds.push_back(p.hostId);
+    ordinals.push_back(p.device);
+  }
+  // Each host's description as its lowest rank published it: the same on every rank.
+  std::vector<int> hostOf = hostIndexOf(hostIds);
+  for (int r = 0; r < nranks; ++r) {
+    if (hostOf[r] == static_cast<int>(hostTexts.size())) hostTexts.push_back(peers_.peers[r].topology);
+  }
+  topo_ = buildCommTopology(hostIds, ordinals, hostTexts, topoFile);
   std::vector<Connection*> conns;
   for (auto& c : peers_.connections) conns.push_back(c.get());
-  exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.ring, abort_);
+  exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.plan.ring(), abort_);
+  exchange_->setHosts(topo_.plan.hosts);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   // The start-up summary: one line per rank saying where it runs and how it reaches peers.
   int shm = 0, tcp = 0;
@@ -62,10 +90,11 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   XCCL_INFO(INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks,
             " ready on ", peers_.peers[rank].hostname, " device ", device_->busId(),
             " listening on ", peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm,
-            " peer(s) via SHM, ", tcp, " via TCP; ", topo_.hosts.size(), " host(s), ring",
+            " peer(s) via SHM, ", tcp, " via TCP; ", topo_.plan.hosts.size(),
+            " host(s), topology ", topo_.source, ", ring",
             [&] {
               std::string s;
-              for (int r : topo_.ring) s += " " + std::to_string(r);
+              for (int r : topo_.plan.ring()) s += " " + std::to_string(r);
               return s;
             }(),
             getenv("XCCL_ALGO") && *getenv("XCCL_ALGO")
@@ -91,19 +120,8 @@ Comm::~Comm() {
 }
 
 std::string Comm::describe() const {
-  std::vector<std::string> hostnames;
-  std::vector<std::vector<std::string>> transport(nranks_, std::vector<std::string>(nranks_));
-  for (int r = 0; r < nranks_; ++r) {
-    hostnames.push_back(peers_.peers[r].hostname);
-    for (int p = 0; p < nranks_; ++p) {
-      if (r == p) continue;
-      transport[r][p] = topo_.hostOf[r] == topo_.hostOf[p] && peers_.connections[p] &&
-                                std::string(peers_.connections[p]->kind()) == "SHM"
-                            ? "SHM"
-                            : (topo_.hostOf[r] == topo_.hostOf[p] ? "TCP" : "NET");
-    }
-  }
-  return describeTopology(topo_, hostnames, transport);
+  return strCat("topology (", topo_.source, "):\n",
+                topo::rankMatrix(topo_.system, topo_.places, topo_.plan));
 }
 
 uint64_t Comm::enqueue(OpEntry op) {

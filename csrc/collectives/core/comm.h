@@ -54,7 +54,7 @@ class Comm {
   int nranks() const { return nranks_; }
   Device& device() { return *device_; }
   int64_t timeoutMs() const { return timeoutMs_; }
-  const Topology& topology() const { return topo_; }
+  const CommTopology& topology() const { return topo_; }
   std::string describe() const;
 
   // Returns the op's id. Throws the sticky error if the communicator has failed.
@@ -82,7 +82,7 @@ class Comm {
   std::string name_;
   Device* device_;
   PeerSetup peers_;
-  Topology topo_;
+  CommTopology topo_;
   std::atomic<bool> abort_{false};
   std::unique_ptr<Exchange> exchange_;
   uint64_t collSeq_ = 0;  // progress thread only

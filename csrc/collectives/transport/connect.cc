@@ -67,7 +67,7 @@ std::string hostName() {
 
 PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
                        Device& device, const Deadline& deadline,
-                       const std::atomic<bool>& abortFlag) {
+                       const std::atomic<bool>& abortFlag, const std::string& hostTopology) {
   XCCL_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "bad rank ", rank, " of ", nranks);
   XCCL_CHECK_ARG(!secret.empty(), "empty communicator secret");
   const bool noShm = xcclParamShmDisable() != 0;
@@ -80,6 +80,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   PeerInfo& me = setup.peers[rank];
   me = PeerInfo{rank,           static_cast<int>(getpid()), localHostId(), hostName(),
                 device.busId(), listener.address()};
+  me.device = std::string(device.name()) == "host" ? -1 : device.ordinal();
+  me.topology = hostTopology;
   store.set(strCat("peer/", rank), serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0));
 
   // 2. Read everyone; decide the transport of each pair the same way on both ends.

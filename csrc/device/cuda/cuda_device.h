@@ -34,6 +34,9 @@ class CudaDevice : public Device {
   ~CudaDevice() override;
   static int currentOrdinal();  // the calling thread's current CUDA device (throws like above)
   static int deviceCount();     // 0 when there is no usable driver or GPU (never throws)
+  // The wiring of this host's GPUs (device.h; cuda_wiring.cc): XL where the pair has native
+  // peer atomics (NVLink), else PIX/PXB/PHB/NODE/SYS from their PCI paths in sysfs.
+  static DeviceWiring wiring();
 
   const char* name() const override { return "cuda"; }
   int ordinal() const override { return ordinal_; }

@@ -1,9 +1,11 @@
 #include "xdev_device.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/param.h"
 #include "xdev_runtime.h"
 
 namespace xccl {
@@ -58,6 +60,26 @@ int XdevDevice::currentOrdinal() {
   int dev = 0;
   check(xdevGetDevice(&dev), "xdevGetDevice");
   return dev;
+}
+
+XCCL_PARAM(XdevIsland, "XDEV_ISLAND", 4)
+XCCL_PARAM(XdevXlGbs, "XDEV_XL_GBS", 100)
+
+DeviceWiring XdevDevice::wiring() {
+  DeviceWiring w;
+  int count = 0;
+  if (xdevGetDeviceCount(&count) != xdevSuccess) return w;
+  w.resize(count);
+  const int64_t island = std::max<int64_t>(1, xcclParamXdevIsland());
+  for (int a = 0; a < count; ++a) {
+    for (int b = 0; b < count; ++b) {
+      if (a == b) continue;
+      const bool same = a / island == b / island;
+      w.kind[a][b] = same ? "XL" : "PHB";
+      w.gbs[a][b] = same ? static_cast<double>(xcclParamXdevXlGbs()) : 0;
+    }
+  }
+  return w;
 }
 
 std::string XdevDevice::busId() const { return strCat("xdev:", ordinal()); }

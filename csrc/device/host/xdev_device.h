@@ -14,6 +14,11 @@ class XdevDevice : public HostDevice {
  public:
   explicit XdevDevice(int ordinal);  // throws InvalidUsage for an ordinal xdev lacks
   static int currentOrdinal();       // the calling thread's current xdev device
+  // The simulated wiring (device.h): islands of XCCL_XDEV_ISLAND consecutive devices (default
+  // 4) joined pairwise by XL links of XCCL_XDEV_XL_GBS GB/s (default 100), islands joined
+  // through the host (PHB); NUMA node 0. A model for topology-aware planning and xccl-topo:
+  // xdev memory is host memory, so no xdev copy is faster over an XL link than over PHB.
+  static DeviceWiring wiring();
   const char* name() const override { return "xdev"; }
   std::string busId() const override;
 
