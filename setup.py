@@ -6,8 +6,9 @@
 --no-build-isolation is required: the extension must be compiled against the torch that is
 already installed (pip must never fetch one). MAX_JOBS bounds the parallel build (default 2).
 
-Layout produced:  torch_xccl/_C*.so and torch_xccl/_xdev_C*.so  (rpath $ORIGIN/lib), and
-                  torch_xccl/lib/libxccl.so.0, torch_xccl/lib/libxdev.so.0
+Layout produced:  torch_xccl/_C*.so and torch_xccl/_xdev_C*.so  (rpath $ORIGIN/lib),
+                  torch_xccl/lib/libxccl.so.0, torch_xccl/lib/libxdev.so.0, and
+                  torch_xccl/bin/xccl-topo (where CLI11 is installed; the `xccl-topo` command)
 
 Two extensions: torch_xccl._C (the c10d backend, links libxccl) and torch_xccl._xdev_C (the
 xdev device inside torch through PrivateUse1, csrc/device/torch/, links only libxdev).
@@ -41,6 +42,10 @@ def build_core():
     subprocess.check_call(cfg)
     subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "xccl", "xdev",
                            "-j", jobs])
+    # xccl-topo (the `xccl-topo` command) exists where CMake found CLI11.
+    if subprocess.call(["cmake", "--build", CORE_BUILD, "--target", "xccl-topo", "-j", jobs],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) != 0:
+        print("torch_xccl: xccl-topo not built (CLI11 missing: apt install libcli11-dev)")
     libs = []
     for name in BUNDLED:
         found = sorted(glob.glob(os.path.join(CORE_BUILD, name + ".so*")))
@@ -67,6 +72,11 @@ class BuildWithCore(BuildExtension):
                     if os.path.lexists(target):
                         os.remove(target)
                     shutil.copy2(real, target)
+            topo = os.path.join(CORE_BUILD, "tools", "xccl-topo", "xccl-topo")
+            if os.path.exists(topo):
+                bindir = os.path.join(os.path.dirname(dest), "bin")
+                os.makedirs(bindir, exist_ok=True)
+                shutil.copy2(topo, os.path.join(bindir, "xccl-topo"))
 
 
 ext = CppExtension(

@@ -197,14 +197,14 @@ int storeSet(void* ctx, const char* key, const void* value, size_t len) {
 int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms) {
   try {
     auto* c = static_cast<StoreCtx*>(ctx);
-    if (timeout_ms > 0) {
+    if (timeout_ms >= 0) {
       // libxccl waits in short slices (to see its deadline and abort flag). A Store::wait
       // with a timeout makes torch's TCPStore log two warnings per expiry, a flood while a
       // peer is late: poll with check(), which never waits, instead.
       auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
       while (!c->store->check({key})) {
         auto now = std::chrono::steady_clock::now();
-        if (now >= end) return 1;  // a bounded wait ran out: libxccl's Timeout, no log
+        if (now >= end) return 1;  // a bounded wait ran out: libxccl asks again, no log
         std::this_thread::sleep_for(
             std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(10), end - now));
       }
@@ -215,19 +215,14 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
     *len = v.size();
     std::memcpy(value, v.data(), std::min(cap, v.size()));
     return 0;
-  } catch (const c10::DistStoreError& e) {
-    // A bounded wait that ran out is how libxccl waits: in short slices, so that it sees its
-    // deadline and abort flag, and naming who is late once per XCCL_WAIT_NOTICE_S. Printing
-    // each slice (with a C++ backtrace) flooded stderr while a peer was late.
-    if (timeout_ms > 0) return 1;
-    std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what_without_backtrace());
-    return 1;
+    // Anything thrown means the store failed (e.g. its host process exited: broken pipe):
+    // 2, which libxccl fails on at once (1 would be a timeout it waits through).
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what_without_backtrace());
-    return 1;
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what());
-    return 1;
+    return 2;
   }
 }
 

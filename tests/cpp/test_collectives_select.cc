@@ -116,7 +116,12 @@ TEST_F(Select, AllreduceAcrossHostsFollowsTheTopology) {
   ScopedEnv max("XCCL_ALLREDUCE_DIRECT_MAX", "4096");
   ex_.setHosts({{0, 1}, {2, 3}});
   EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");  // 2 hosts: below the twolevel minimum
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "hierarchical");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "hierarchical");  // 4 MiB
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 18), "ring");  // 1 MiB: below XCCL_HIERARCHICAL_MIN
+  {
+    ScopedEnv hmin("XCCL_HIERARCHICAL_MIN", "0");
+    EXPECT_EQ(pick(CollType::kAllReduce, 1 << 18), "hierarchical");
+  }
   ex_.setHosts({{0, 1}, {2}, {3}});  // 3 hosts, uneven
   EXPECT_EQ(pick(CollType::kAllReduce, 1024), "twolevel");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");  // hierarchical declines

@@ -73,7 +73,10 @@ TEST(CallbackStore, FailingSetIsAnIoError) {
   broken.get = [](void*, const char*, void*, size_t, size_t*, int64_t) { return 1; };
   auto s = xccl::makeCallbackStore(broken, "x/");
   EXPECT_THROW(s->set("k", "v"), xccl::IoError);
-  EXPECT_THROW(s->get("k", Deadline::after(10)), xccl::Timeout);
+  EXPECT_THROW(s->get("k", Deadline::after(10)), xccl::Timeout);  // 1: timed out
+  broken.get = [](void*, const char*, void*, size_t, size_t*, int64_t) { return 2; };
+  auto gone = xccl::makeCallbackStore(broken, "x/");
+  EXPECT_THROW(gone->get("k", Deadline::after(10)), xccl::IoError);  // the store failed: at once
 }
 
 TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {

@@ -24,7 +24,7 @@
 //   barrier: dissemination
 //
 //   Across hosts (topology/plan.h) allreduce prefers, when every host holds the same number
-//   (>= 2) of ranks, "hierarchical" for large messages (the network carries 2(H-1)/H of the
+//   (>= 2) of ranks, "hierarchical" from XCCL_HIERARCHICAL_MIN bytes on (the network carries 2(H-1)/H of the
 //   buffer per host instead of 2(n-1)/n), and "twolevel" for small ones once there are
 //   XCCL_TWOLEVEL_MIN_HOSTS hosts or more (a leader per host: 2 network messages per host
 //   instead of n-1 per rank). Each choice is explained once per communicator at
@@ -47,6 +47,10 @@ XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 64 << 10)
 XCCL_PARAM(AllgatherDirectMax, "ALLGATHER_DIRECT_MAX", 64 << 10)
 XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 256 << 10)
 XCCL_PARAM(TwolevelMinHosts, "TWOLEVEL_MIN_HOSTS", 3)
+// From this size on, allreduce across hosts prefers "hierarchical" (its three phases wait
+// for each other: below ~2 MiB on a fast link the flat ring's single pipeline wins;
+// BENCHMARKS.md section 10).
+XCCL_PARAM(HierarchicalMin, "HIERARCHICAL_MIN", 2 << 20)
 
 namespace {
 
@@ -131,8 +135,10 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
         }
         return {"direct", "ring"};
       }
-      return multiHost ? std::vector<const char*>{"hierarchical", "ring"}
-                       : std::vector<const char*>{"ring", "direct"};
+      if (multiHost && bytes >= static_cast<size_t>(xcclParamHierarchicalMin())) {
+        return {"hierarchical", "ring"};
+      }
+      return {"ring", "direct"};
     }
     case CollType::kBroadcast:
       return bySize(bytes, xcclParamBroadcastDirectMax(), "direct", "chain");

@@ -76,11 +76,13 @@ class CallbackStore : public Store {
       size_t len = 0;
       int64_t left = deadline.remainingMs();
       int rc = store_.get(store_.ctx, k.c_str(), buf.data(), buf.size(), &len, left);
+      if (rc == 1 && left >= 0) {  // a bounded wait that ran out (xcclStore_t's contract)
+        throw Timeout(strCat("store get '", k, "' timed out after ", deadline.budgetMs(), " ms"));
+      }
       if (rc != 0) {
-        if (left >= 0) {  // a bounded wait that failed: treat as the deadline passing
-          throw Timeout(strCat("store get '", k, "' timed out after ", deadline.budgetMs(), " ms"));
-        }
-        throw IoError(strCat("store get '", k, "' failed (callback returned ", rc, ")"));
+        throw IoError(strCat("store get '", k, "' failed: the store is unreachable (callback "
+                             "returned ", rc, "; has the process that hosts it, usually rank 0, "
+                             "exited?)"));
       }
       if (len > kMaxStoreValue) {
         throw RemoteError(strCat("store get '", k, "': value of ", len, " bytes is too large"));

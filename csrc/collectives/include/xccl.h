@@ -93,8 +93,12 @@ typedef struct {
 
 /* Key-value store used for rendezvous instead of a unique id (the torch
  * plugin backs it with c10d's Store). Both callbacks return 0 on success.
- * get() blocks until the key exists or timeout_ms passes; it writes at most
- * `cap` bytes and stores the value's full length in *len. */
+ * get() blocks until the key exists or timeout_ms passes (timeout_ms < 0: no
+ * limit); it writes at most `cap` bytes and stores the value's full length in
+ * *len. get() returns 1 when timeout_ms passed without the key (libxccl waits in
+ * short slices and asks again) and any other non-zero value when the store
+ * itself failed (unreachable: its host process gone), which fails the caller at
+ * once instead of at the deadline. */
 typedef struct {
   void* ctx;
   int (*set)(void* ctx, const char* key, const void* value, size_t len);

@@ -74,7 +74,9 @@ std::vector<int> hamiltonian(const Matrix& bw, double t, bool cycle) {
     mask = rest;
   }
   std::reverse(rev.begin(), rev.end());
-  if (!cycle && rev.front() > rev.back()) std::reverse(rev.begin(), rev.end());  // from the lower end
+  // One direction of the two: a path from its lower end, a cycle towards its lower neighbour.
+  if (!cycle && rev.front() > rev.back()) std::reverse(rev.begin(), rev.end());
+  if (cycle && k > 2 && rev[1] > rev.back()) std::reverse(rev.begin() + 1, rev.end());
   return rev;
 }
 

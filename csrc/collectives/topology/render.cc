@@ -85,8 +85,8 @@ std::string hostMatrix(const System& sys, int host) {
     speeds[k] = speeds.count(k) ? std::min(speeds[k], l.gbs) : l.gbs;
   }
   if (!speeds.empty()) {
-    os << "Links:";
-    for (const auto& [k, v] : speeds) os << " " << k << " " << gbsText(v) << (k == "XL" ? " (slowest)" : "");
+    os << "Links (slowest of each kind):";
+    for (const auto& [k, v] : speeds) os << " " << k << " " << gbsText(v);
     os << "\n";
   }
   for (size_t i = 0; i < h.nics.size(); ++i) {
