@@ -1,10 +1,17 @@
-"""Simulated hosts for tests: network namespaces joined by a veth pair (root only).
+"""Simulated hosts for tests: network namespaces on one switch (root only).
 
-    with two_hosts() as hosts:        # hosts[i].name, hosts[i].addr, hosts[i].iface
-        hosts[0].run([...])           # a command inside host 0's namespace (Popen)
+    with hosts(3) as hs:              # hs[i].name, hs[i].addr (10.231.0.<i+1>), hs[i].iface
+        hs[0].popen([...])            # a command inside host 0's namespace (Popen)
 
-The namespaces and links are removed on exit, also when the test fails. Addresses are in
-10.231.0.0/24 and exist only inside the namespaces the test made.
+hosts(n) makes n namespaces, one per host, and one more, the switch, holding a Linux bridge;
+each host has a veth pair: one end (`iface`, address 10.231.0.<i+1>/24) in the host's
+namespace, the other enslaved to the bridge in the switch's. two_hosts() is hosts(2) with the
+two hosts joined directly by one veth pair (no switch), the topology bench_two_hosts.py
+measures.
+
+Every namespace (and with it every link and the bridge) is removed on exit, also when the
+set-up or the test fails. Addresses are in 10.231.0.0/24 and exist only inside the host
+namespaces the test made; the switch has none.
 """
 from __future__ import annotations
 
@@ -39,19 +46,48 @@ class Host:
 
 
 @contextlib.contextmanager
-def two_hosts(tag: str = ""):
+def hosts(n: int, tag: str = "", switch: bool = True):
+    """n hosts (namespaces) 10.231.0.1 .. 10.231.0.n on a bridge in a switch namespace;
+    switch=False (n == 2 only) joins the two by one veth pair instead."""
+    if not 2 <= n <= 26:
+        raise ValueError(f"hosts({n}): 2 to 26 hosts")
+    if not switch and n != 2:
+        raise ValueError("hosts(switch=False) joins exactly two hosts")
     base = f"xt{os.getpid() % 100000}{tag}"
-    hosts = [Host(f"{base}a", "10.231.0.1", "xa0"), Host(f"{base}b", "10.231.0.2", "xb0")]
+    letters = [chr(ord("a") + i) for i in range(n)]
+    hs = [Host(f"{base}{c}", f"10.231.0.{i + 1}", f"x{c}0") for i, c in enumerate(letters)]
+    sw = f"{base}sw"  # host names end in one letter, so never this
+    made = []  # namespaces to remove, in creation order
     try:
-        for h in hosts:
+        for h in hs:
             _ip("netns", "add", h.name)
+            made.append(h.name)
             _ip("-n", h.name, "link", "set", "lo", "up")
-        _ip("link", "add", hosts[0].iface, "netns", hosts[0].name, "type", "veth", "peer",
-            "name", hosts[1].iface, "netns", hosts[1].name)
-        for h in hosts:
+        if switch:
+            _ip("netns", "add", sw)
+            made.append(sw)
+            _ip("-n", sw, "link", "add", "br0", "type", "bridge")  # STP off: forwards at once
+            _ip("-n", sw, "link", "set", "br0", "up")
+            for h, c in zip(hs, letters):
+                # created inside the namespaces directly: no name ever exists in the caller's
+                _ip("link", "add", h.iface, "netns", h.name, "type", "veth", "peer",
+                    "name", f"s{c}0", "netns", sw)
+                _ip("-n", sw, "link", "set", f"s{c}0", "master", "br0")
+                _ip("-n", sw, "link", "set", f"s{c}0", "up")
+        else:
+            _ip("link", "add", hs[0].iface, "netns", hs[0].name, "type", "veth", "peer",
+                "name", hs[1].iface, "netns", hs[1].name)
+        for h in hs:
             _ip("-n", h.name, "addr", "add", f"{h.addr}/24", "dev", h.iface)
             _ip("-n", h.name, "link", "set", h.iface, "up")
-        yield hosts
+        yield hs
     finally:
-        for h in hosts:
-            subprocess.run(["ip", "netns", "del", h.name], capture_output=True, timeout=20)
+        for name in reversed(made):  # a namespace's veth ends (and the bridge) go with it
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+
+
+@contextlib.contextmanager
+def two_hosts(tag: str = ""):
+    """hosts(2) joined directly by one veth pair: 10.231.0.1 (iface xa0), 10.231.0.2 (xb0)."""
+    with hosts(2, tag, switch=False) as hs:
+        yield hs

@@ -1,9 +1,10 @@
 """xcclrun (torch_xccl/launcher): the job's shape from Slurm / Open MPI / PMI / PyTorchJob
 variables or flags, then torchrun; and real jobs: one node, one process per rank under faked
-mpirun variables, and two hosts made of network namespaces (the seed's two-node
-torch.distributed.launch command, torchrun, xcclrun under faked Slurm and PyTorchJob), where
-every rank must end with the same parameters and the logs show SHM inside a host and TCP
-across. Every process has a hard timeout."""
+mpirun variables, two hosts made of network namespaces (the seed's two-node
+torch.distributed.launch command, torchrun, xcclrun under faked Slurm and PyTorchJob) and
+three hosts on a bridge (torchrun, xcclrun under faked Slurm), where every rank must end with
+the same parameters and the logs show SHM inside a host and TCP across, for every pair of
+ranks. Every process has a hard timeout."""
 import os
 import re
 import subprocess
@@ -129,46 +130,69 @@ def test_one_process_per_rank_under_mpirun_variables():
     assert len(sums) == 2 and len({v for _, v in sums}) == 1, text
 
 
-def node_command(mode, node, master, port):
+def node_command(mode, node, master, port, nnodes=2):
+    """(extra environment, command) that starts node `node` of `nnodes`, 2 ranks per node."""
     demo = [DEMO, "--device", "cpu", "--steps", "3"]
     if mode == "launch":  # the seed's command
-        return {}, [sys.executable, "-m", "torch.distributed.launch", "--nnodes=2",
+        return {}, [sys.executable, "-m", "torch.distributed.launch", f"--nnodes={nnodes}",
                     f"--node_rank={node}", f"--master_addr={master}", f"--master_port={port}",
                     "--nproc_per_node", "2", "--use-env"] + demo
     if mode == "torchrun":
-        return {}, [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+        return {}, [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
                     f"--node-rank={node}", f"--master-addr={master}", f"--master-port={port}",
                     "--nproc-per-node=2"] + demo
     if mode == "xcclrun-slurm":
-        return {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "10.231.0.[1-2]",
-                "SLURM_NNODES": "2", "SLURM_NODEID": str(node), "SLURM_TASKS_PER_NODE": "1(x2)",
-                "SLURM_PROCID": str(node), "MASTER_PORT": str(port)}, \
+        return {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": f"10.231.0.[1-{nnodes}]",
+                "SLURM_NNODES": str(nnodes), "SLURM_NODEID": str(node),
+                "SLURM_TASKS_PER_NODE": f"1(x{nnodes})", "SLURM_NTASKS": str(nnodes),
+                "SLURM_PROCID": str(node), "SLURM_LOCALID": "0", "MASTER_PORT": str(port)}, \
             XCCLRUN + ["--nproc-per-node", "2"] + demo
     assert mode == "xcclrun-pytorchjob"
-    return {"PET_NNODES": "2", "PET_NODE_RANK": str(node), "PET_NPROC_PER_NODE": "2",
+    return {"PET_NNODES": str(nnodes), "PET_NODE_RANK": str(node), "PET_NPROC_PER_NODE": "2",
             "MASTER_ADDR": master, "MASTER_PORT": str(port)}, XCCLRUN + demo
+
+
+def run_on_hosts(mode, nnodes, tag, port, timeout):
+    """The DDP demo on nnodes namespace hosts x 2 ranks under `mode`: every rank ends with the
+    same parameters, and every rank's connection to every other is logged SHM inside its host
+    and TCP to the peer's host address across (rank r runs on host r // 2)."""
+    with netns.hosts(nnodes, tag, switch=nnodes > 2) as hosts:
+        procs = []
+        for node, h in enumerate(hosts):
+            extra, cmd = node_command(mode, node, hosts[0].addr, port, nnodes)
+            env = demo_env(XCCL_DEBUG="INFO", XCCL_DEBUG_SUBSYS="INIT", **extra)
+            env.pop("XCCL_NODE_ID", None)  # the namespaces alone make them separate hosts
+            procs.append(h.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, env=env))
+        outs = communicate_all(procs, timeout)
+    text = "\n".join(o for _, o in outs)
+    assert all(rc == 0 for rc, _ in outs), text[-6000:]
+    world = 2 * nnodes
+    sums = checksums(text)
+    assert sorted(int(r) for r, _ in sums) == list(range(world)), text[-4000:]
+    assert len({v for _, v in sums}) == 1, text[-4000:]
+    for r in range(world):
+        for p in range(world):
+            if p == r:
+                continue
+            via = "SHM" if p // 2 == r // 2 else rf"TCP 10\.231\.0\.{p // 2 + 1}\b"
+            assert re.search(rf"rank {r} -> {p} via {via}", text), (r, p, via, text[-4000:])
 
 
 @pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "ok")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mode", ["launch", "torchrun", "xcclrun-slurm", "xcclrun-pytorchjob"])
 def test_two_hosts_from_network_namespaces(mode):
-    with netns.two_hosts(mode[-1]) as hosts:
-        port = 29611
-        procs = []
-        for node, h in enumerate(hosts):
-            extra, cmd = node_command(mode, node, hosts[0].addr, port)
-            env = demo_env(XCCL_DEBUG="INFO", XCCL_DEBUG_SUBSYS="INIT", **extra)
-            env.pop("XCCL_NODE_ID", None)  # the namespaces alone make them two hosts
-            procs.append(h.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, env=env))
-        outs = communicate_all(procs, 280)
-    text = "\n".join(o for _, o in outs)
-    assert all(rc == 0 for rc, _ in outs), text[-6000:]
-    sums = checksums(text)
-    assert len(sums) == 4 and len({v for _, v in sums}) == 1, text[-4000:]
-    assert re.search(r"rank 0 -> 1 via SHM", text) and re.search(r"rank 0 -> 2 via TCP 10\.231\.0\.2", text), \
-        text[-4000:]
+    run_on_hosts(mode, 2, mode[-1], 29611, 280)
+
+
+@pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "ok")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["torchrun", "xcclrun-slurm"])
+def test_three_hosts_from_network_namespaces(mode):
+    """Three hosts on one switch (a bridge), 2 ranks each: 6 ranks, 4 of each rank's 5
+    peers across hosts."""
+    run_on_hosts(mode, 3, "3" + mode[-1], 29612, 280)
 
 
 LATE = """
