@@ -86,6 +86,10 @@ def test_dry_run_and_errors_from_the_command_line():
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == ("torchrun --nnodes 1 --node-rank 0 --nproc-per-node 2 --master-addr "
                                 "127.0.0.1 --master-port 29500 --max-restarts 0 train.py --x 1")
+    p = subprocess.run(XCCLRUN + ["--dry-run", "--rdzv-timeout", "15", "train.py"],
+                       capture_output=True, text=True, timeout=50)
+    assert p.returncode == 0 and "--max-restarts 0 --rdzv-conf timeout=15 train.py" in p.stdout, \
+        p.stdout + p.stderr
     p = subprocess.run(XCCLRUN + ["--nnodes", "2", "train.py"], capture_output=True, text=True,
                        timeout=50)
     assert p.returncode == 2 and "no master address" in p.stderr, p.stderr

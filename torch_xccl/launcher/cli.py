@@ -1,7 +1,8 @@
 """The xcclrun command. See docs/LAUNCH.md.
 
     xcclrun [--nnodes N] [--node-rank R] [--nproc-per-node K|auto] [--master-addr A]
-            [--master-port P] [--max-restarts M] [--dry-run] [-m] script [args...]
+            [--master-port P] [--max-restarts M] [--rdzv-timeout S] [--dry-run] [-m]
+            script [args...]
 
 One launcher per node: the job's shape comes from the scheduler's variables (Slurm, Open MPI,
 MPICH/PMI, PyTorchJob) or the flags, and torchrun's elastic agent (torch.distributed.run)
@@ -39,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"else {DEFAULT_PORT})")
     p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
                    help="torchrun's restarts of a failed node (default 0)")
+    p.add_argument("--rdzv-timeout", dest="rdzv_timeout", type=int, default=None,
+                   help="seconds a node waits for the others at start-up (torchrun's "
+                        "--rdzv-conf timeout; default torchrun's, 600)")
     p.add_argument("-m", "--module", action="store_true", help="run script as a module (python -m)")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would run (the torchrun command, or the rank's variables and "
@@ -100,6 +104,8 @@ def torchrun_argv(shape: JobShape, args: argparse.Namespace) -> list[str]:
     argv = ["--nnodes", str(shape.nnodes), "--node-rank", str(shape.node_rank),
             "--nproc-per-node", str(shape.nproc_per_node), "--master-addr", shape.master_addr,
             "--master-port", str(shape.master_port), "--max-restarts", str(args.max_restarts)]
+    if getattr(args, "rdzv_timeout", None):
+        argv += ["--rdzv-conf", f"timeout={args.rdzv_timeout}"]
     if args.module:
         argv.append("--module")
     return argv + [args.script] + list(args.args)
