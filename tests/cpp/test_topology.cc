@@ -76,7 +76,7 @@ TEST(TopoFile, ErrorsNameTheLine) {
       {"host a\nnic eth0\n", "line 2: nic eth0 needs 'gbps <speed>'"},
       {"host a\nwhatever\n", "line 2: unknown statement 'whatever'"},
       {"host a\ndevices 2\nisland 0 XL\n", "line 3: an island needs two devices or more"},
-      {"host a\ndevices 2\nlink 0 1 XL -3\n", "line 3: '-3' is not a positive bandwidth"},
+      {"host a\ndevices 2\nlink 0 1 XL -3\n", "line 3: '-3' is not a bandwidth"},
       {"host a\nhost a\n", "two hosts named a"},
       {"host a\ndevices 99999\n", "line 2: '99999' is not a whole number in 1..1024"},
   };

@@ -13,6 +13,7 @@
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
+#include "common/auth.h"
 #include "common/error.h"
 #include "collectives/transport/tcp/socket.h"
 #include "test_util.h"
@@ -144,14 +145,41 @@ int rawConnect(const sockaddr_in& addr) {
   return fd;
 }
 
-std::string hello(const std::string& rawSecret) {
+std::string hello(const std::string& nonce) {
   std::string h = "XCSB";
-  xccl::net::putU32(h, 1);
-  return h + rawSecret;
+  xccl::net::putU32(h, 2);
+  return h + nonce;
 }
 
 void sendStr(int fd, const std::string& s) {
   ASSERT_EQ(send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+}
+
+std::string recvExactly(int fd, size_t n) {
+  std::string got(n, '\0');
+  size_t have = 0;
+  while (have < n) {
+    ssize_t r = recv(fd, &got[have], n - have, 0);
+    if (r <= 0) return got.substr(0, have);
+    have += static_cast<size_t>(r);
+  }
+  return got;
+}
+
+// A raw client through the challenge-response with `proofSecret` (the raw 32 bytes). Returns
+// the server's nonce and proof in *challenge.
+int handshake(const sockaddr_in& addr, const std::string& proofSecret, std::string* challenge,
+              char* status) {
+  int fd = rawConnect(addr);
+  std::string mine = xccl::auth::nonce();
+  sendStr(fd, hello(mine));
+  *challenge = recvExactly(fd, 48);
+  std::string proof = xccl::auth::proof(proofSecret, "store-client", challenge->substr(0, 16), mine,
+                                        "xccl-store");
+  sendStr(fd, proof);
+  std::string s = recvExactly(fd, 1);
+  *status = s.empty() ? '?' : s[0];
+  return fd;
 }
 
 TEST(UniqueIdStore, ThreadsShareKeys) {
@@ -197,13 +225,38 @@ TEST(UniqueIdStore, WrongSecretIsRefused) {
   forged.internal[20] ^= 0x5a;
   EXPECT_THROW(xccl::connectUniqueIdStore(forged, Deadline::after(5000)), xccl::RemoteError);
   testing::internal::CaptureStderr();
-  int fd = rawConnect(idAddress(id));
-  sendStr(fd, hello(std::string(32, 'x')));
-  EXPECT_EQ(xccl_test::readUntilEof(fd), std::string(1, '\1'));  // "refused", then closed
+  std::string challenge;
+  char status = 0;
+  int fd = handshake(idAddress(id), std::string(32, 'x'), &challenge, &status);
+  EXPECT_EQ(status, '\1');  // "refused"
+  EXPECT_EQ(xccl_test::readUntilEof(fd), "");  // then closed
   close(fd);
+  // The secret never travels: the challenge is a fresh nonce and an HMAC.
+  const std::string secret = xccl::fromHex(xccl::uniqueIdSecret(id));
+  EXPECT_EQ(challenge.size(), 48u);
+  EXPECT_EQ(challenge.find(secret), std::string::npos);
+  // A proof recorded from one exchange fails the next (the server's nonce is new).
+  std::string c1, c2;
+  char s1 = 0;
+  int a = rawConnect(idAddress(id));
+  std::string mine = xccl::auth::nonce();
+  sendStr(a, hello(mine));
+  c1 = recvExactly(a, 48);
+  std::string recorded =
+      xccl::auth::proof(secret, "store-client", c1.substr(0, 16), mine, "xccl-store");
+  close(a);
+  int b = rawConnect(idAddress(id));
+  sendStr(b, hello(mine));
+  c2 = recvExactly(b, 48);
+  EXPECT_NE(c1.substr(0, 16), c2.substr(0, 16));
+  sendStr(b, recorded);
+  std::string sb = recvExactly(b, 1);
+  s1 = sb.empty() ? '?' : sb[0];
+  EXPECT_EQ(s1, '\1');
+  close(b);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("bad secret"), std::string::npos) << err;
+  EXPECT_NE(err.find("bad proof"), std::string::npos) << err;
   // The legitimate client still works.
   auto store = xccl::connectUniqueIdStore(id, Deadline::after(5000));
   store->set("x", "y");
@@ -217,30 +270,41 @@ TEST(UniqueIdStore, SurvivesMalformedAndTruncatedRequests) {
   auto legit = xccl::connectUniqueIdStore(id, Deadline::after(5000));
   legit->set("before", "1");
   const sockaddr_in addr = idAddress(id);
-  std::vector<std::string> attacks;
-  attacks.push_back("GET / HTTP/1.0\r\n\r\n" + std::string(40, 'z'));  // garbage hello
-  attacks.push_back("XCS");                                            // truncated hello
-  std::string authed = hello(secret);
-  std::string hugeKey = authed + "G";
+  // Each attack: bytes sent before (raw) or after (authed) a completed handshake.
+  struct Attack {
+    bool authed;
+    std::string bytes;
+    bool hangUp;  // the client vanishes after sending
+  };
+  std::vector<Attack> attacks;
+  attacks.push_back({false, "GET / HTTP/1.0\r\n\r\n" + std::string(40, 'z'), false});  // garbage hello
+  attacks.push_back({false, "XCS", true});                                               // truncated hello
+  std::string hugeKey = "G";
   xccl::net::putU32(hugeKey, 0xffffffffu);  // key length far over the limit
-  attacks.push_back(hugeKey);
-  std::string hugeVal = authed + "S";
+  attacks.push_back({true, hugeKey, false});
+  std::string hugeVal = "S";
   xccl::net::putU32(hugeVal, 1);
   hugeVal += "k";
   xccl::net::putU32(hugeVal, 0xfffffff0u);  // value length over the limit
-  attacks.push_back(hugeVal);
-  std::string badOp = authed + "Q";
+  attacks.push_back({true, hugeVal, false});
+  std::string badOp = "Q";
   xccl::net::putU32(badOp, 1);
-  attacks.push_back(badOp + "k");
-  std::string truncated = authed + "S";
+  attacks.push_back({true, badOp + "k", false});
+  std::string truncated = "S";
   xccl::net::putU32(truncated, 5);
-  attacks.push_back(truncated + "ab");  // then the client vanishes mid-request
-  for (const std::string& a : attacks) {
-    int fd = rawConnect(addr);
-    sendStr(fd, a);
-    if (a == attacks.back() || a == attacks[1]) {
-      shutdown(fd, SHUT_WR);
+  attacks.push_back({true, truncated + "ab", true});  // then the client vanishes mid-request
+  for (const Attack& a : attacks) {
+    int fd;
+    if (a.authed) {
+      std::string challenge;
+      char status = 1;
+      fd = handshake(addr, secret, &challenge, &status);
+      EXPECT_EQ(status, '\0');
+    } else {
+      fd = rawConnect(addr);
     }
+    sendStr(fd, a.bytes);
+    if (a.hangUp) shutdown(fd, SHUT_WR);
     std::string got = xccl_test::readUntilEof(fd);
     EXPECT_NE(got, "TIMEOUT") << "server kept a malformed client open";
     close(fd);

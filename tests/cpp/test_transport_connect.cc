@@ -18,7 +18,9 @@
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
+#include "common/auth.h"
 #include "common/error.h"
+#include "collectives/transport/tcp/connection.h"
 #include "collectives/transport/tcp/socket.h"
 #include "device/device.h"
 #include "test_util.h"
@@ -311,21 +313,41 @@ int rawConnect(const std::string& addr) {
   return fd;
 }
 
-// The handshake of tcp/connection.h: version 2 carries the socket's index, the number of
-// sockets per peer and the striping chunk.
-std::string tcpHello(int from, int to, const std::string& secret, uint32_t index = 0,
-                     uint32_t nsocks = 1, uint32_t chunk = 1 << 17) {
+// The handshake of tcp/connection.h (version 3): hello with the connector's nonce, the
+// acceptor's challenge (its nonce and proof), the connector's proof, the reply.
+std::string tcpHello(int from, int to, const std::string& nonce, uint32_t index = 0,
+                     uint32_t nsocks = 1, uint32_t chunk = 1 << 17, uint32_t version = 3) {
   std::string h = "XCTH";
-  xccl::net::putU32(h, 2);
+  xccl::net::putU32(h, version);
   xccl::net::putU32(h, from);
   xccl::net::putU32(h, to);
-  xccl::net::putU32(h, secret.size());
   xccl::net::putU32(h, index);
   xccl::net::putU32(h, nsocks);
   xccl::net::putU32(h, chunk);
-  h += secret;
-  h.resize(4 + 28 + 128, '\0');
-  return h;
+  return h + nonce;
+}
+
+std::string tcpReply(uint32_t status, int rank) {
+  std::string r = "XCTR";
+  xccl::net::putU32(r, status);
+  xccl::net::putU32(r, rank);
+  return r;
+}
+
+// Sends the hello and returns the 60-byte challenge (or what came instead, up to EOF).
+std::string helloAndChallenge(int fd, const std::string& hello) {
+  send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[64];
+  while (got.size() < 60) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) break;
+    ssize_t n = recv(fd, buf, std::min<size_t>(sizeof(buf), 60 - got.size()), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+    if (got.size() == 12 && got.compare(0, 4, "XCTR") == 0) break;
+  }
+  return got;
 }
 
 TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
@@ -338,31 +360,57 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
   std::thread spy([&] {
     // Rank 1 accepts from rank 0; rank 0 waits until we have tried our luck.
     xccl::PeerInfo target = xccl::parsePeerInfo(store->get("peer/1", Deadline::after(10000)));
-    std::string wrong = xccl::randomSecret();
-    struct Attempt {
-      std::string bytes, expect;
+    auto note = [&](const std::string& what, const std::string& got, const std::string& want) {
+      if (got != want) spyLog += what + ": unexpected answer of " + std::to_string(got.size()) + " bytes; ";
     };
-    std::string refusedSecret = "XCTR";
-    xccl::net::putU32(refusedSecret, 1);
-    xccl::net::putU32(refusedSecret, 1);
-    std::string refusedStriping = "XCTR";
-    xccl::net::putU32(refusedStriping, 2);
-    xccl::net::putU32(refusedStriping, 1);
+    const std::string ctx = "xccl-tcp 0->1 socket 0";
+    // 1. Knows the protocol, not the secret: gets a challenge whose proof it cannot check,
+    //    sends a proof made with a wrong secret, is refused (status 1).
+    {
+      int fd = rawConnect(target.tcpAddr);
+      std::string mine = xccl::auth::nonce();
+      std::string c = helloAndChallenge(fd, tcpHello(0, 1, mine));
+      if (c.size() != 60 || c.compare(0, 4, "XCTC") != 0) spyLog += "no challenge; ";
+      if (c.find(secret) != std::string::npos) spyLog += "the secret travelled; ";
+      std::string theirs = c.substr(12, 16);
+      std::string wrong = xccl::auth::proof(xccl::randomSecret(), "connector", theirs, mine, ctx);
+      send(fd, wrong.data(), wrong.size(), MSG_NOSIGNAL);
+      shutdown(fd, SHUT_WR);
+      note("wrong secret", xccl_test::readUntilEof(fd, 10), tcpReply(1, 1));
+      close(fd);
+    }
+    // 2. Replay: a valid proof for one challenge does not pass the next one.
+    {
+      std::string mine = xccl::auth::nonce();
+      int fd = rawConnect(target.tcpAddr);
+      std::string c1 = helloAndChallenge(fd, tcpHello(0, 1, mine));
+      std::string recorded = xccl::auth::proof(secret, "connector", c1.substr(12, 16), mine, ctx);
+      close(fd);  // never sent: pretend it was recorded off the wire
+      fd = rawConnect(target.tcpAddr);
+      std::string c2 = helloAndChallenge(fd, tcpHello(0, 1, mine));
+      if (c2.substr(12, 16) == c1.substr(12, 16)) spyLog += "the acceptor's nonce repeated; ";
+      send(fd, recorded.data(), recorded.size(), MSG_NOSIGNAL);
+      shutdown(fd, SHUT_WR);
+      note("replay", xccl_test::readUntilEof(fd, 10), tcpReply(1, 1));
+      close(fd);
+    }
+    // 3. Refused before any challenge: garbage, a truncated hello, version 2, bad striping.
+    struct Attempt {
+      std::string what, bytes, expect;
+    };
+    std::string n = xccl::auth::nonce();
     std::vector<Attempt> attempts = {
-        {tcpHello(0, 1, wrong), refusedSecret},                // wrong secret
-        {std::string(300, 'G'), ""},                           // garbage
-        {tcpHello(0, 1, secret).substr(0, 10), ""},            // truncated, then EOF
-        {tcpHello(0, 1, wrong.substr(0, 63)), refusedSecret},  // secret one byte short
-        {tcpHello(0, 1, secret, 5, 2), refusedStriping},       // socket 5 of 2
-        {tcpHello(0, 1, secret, 0, 2, 1000), refusedStriping},  // chunk not a multiple of 64
+        {"garbage", std::string(300, 'G'), ""},
+        {"truncated", tcpHello(0, 1, n).substr(0, 10), ""},
+        {"version 2", tcpHello(0, 1, n, 0, 1, 1 << 17, 2), ""},
+        {"socket 5 of 2", tcpHello(0, 1, n, 5, 2), tcpReply(2, 1)},
+        {"chunk 1000", tcpHello(0, 1, n, 0, 2, 1000), tcpReply(2, 1)},
     };
     for (const Attempt& a : attempts) {
       int fd = rawConnect(target.tcpAddr);
       send(fd, a.bytes.data(), a.bytes.size(), MSG_NOSIGNAL);
       shutdown(fd, SHUT_WR);
-      std::string got = xccl_test::readUntilEof(fd, 10);
-      if (got != a.expect)
-        spyLog += "unexpected answer of " + std::to_string(got.size()) + " bytes; ";
+      note(a.what, xccl_test::readUntilEof(fd, 10), a.expect);
       close(fd);
     }
     spyDone.store(true);
@@ -381,8 +429,43 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(spyLog, "");
   EXPECT_NE(err.find("refused connection from"), std::string::npos) << err;
-  EXPECT_NE(err.find(": bad secret"), std::string::npos) << err;
+  EXPECT_NE(err.find("does not match this communicator's secret"), std::string::npos) << err;
   EXPECT_NE(err.find("bad handshake"), std::string::npos) << err;
+}
+
+// A listener that does not know the secret learns nothing: the connector's hello carries
+// a nonce only, and the connector checks the listener's proof before sending its own.
+TEST(Connect, ConnectorNeverSendsTheSecretOrAProofToAStranger) {
+  xccl::net::Fd listener = xccl::net::listenOn(xccl::net::parseAddr("127.0.0.1:0"));
+  std::string addr = xccl::net::formatAddr(xccl::net::boundAddr(listener.get()));
+  std::string secret = xccl::randomSecret();
+  std::string received;
+  std::thread stranger([&] {
+    int fd = accept(listener.get(), nullptr, nullptr);
+    char buf[256];
+    ssize_t n;
+    while (received.size() < 44 && (n = recv(fd, buf, sizeof(buf), 0)) > 0) received.append(buf, n);
+    std::string c = "XCTC";
+    xccl::net::putU32(c, 0);
+    xccl::net::putU32(c, 1);
+    c += xccl::auth::nonce();
+    c += std::string(32, 'p');  // a proof it cannot make
+    send(fd, c.data(), c.size(), MSG_NOSIGNAL);
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) received.append(buf, n);  // until closed
+    close(fd);
+  });
+  xccl::net::WaitCtx ctx{Deadline::after(10000), nullptr, "connect to rank 1"};
+  try {
+    xccl::tcp::connectPeer(0, 1, addr, secret, xccl::getDevice(-1), ctx);
+    ADD_FAILURE() << "connected to a stranger";
+  } catch (const xccl::RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not know this communicator's secret"),
+              std::string::npos) << e.what();
+  }
+  stranger.join();
+  EXPECT_EQ(received.size(), 44u);  // the hello and nothing after it
+  EXPECT_EQ(received.find(secret), std::string::npos);
+  EXPECT_EQ(received.find(xccl::fromHex(secret)), std::string::npos);
 }
 
 // ---- liveness ----

@@ -23,8 +23,11 @@ def test_allocator_does_not_reuse_an_input_the_collective_still_reads():
     results = run_world(workers_xdev.allocator_waits_for_the_collective, 2, timeout=100)
     for r in results:
         assert r["ok"], r
-        assert not r["reused"], r
         assert r["junk"] == [-1.0, -1.0], r
+    # Rank 0's collective waits a second for rank 1, so its input must not be handed out
+    # again; rank 1 arrives last, its collective may finish before it frees the input, and
+    # then reusing the block is right.
+    assert not results[0]["reused"], results[0]
 
 
 @pytest.mark.timeout(120)

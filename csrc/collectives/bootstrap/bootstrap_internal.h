@@ -32,4 +32,15 @@ constexpr const char* kDoneKeyPrefix = "peer/done/";
 std::string toHex(const std::string& raw);
 std::string fromHex(const std::string& hex);  // "" when hex is malformed
 
+// One request to the unique-id store server (after the handshake): 'S' | key length | key |
+// value length | value, or 'G' | key length | key. Key up to 1 KiB, value up to 64 MiB, both
+// checked before anything is buffered. kDone fills *req and *used (bytes consumed).
+struct StoreRequest {
+  char op = 0;
+  std::string key, value;
+};
+enum class StoreParse { kNeedMore, kDone, kBad };
+StoreParse parseStoreRequest(const std::string& in, StoreRequest* req, size_t* used,
+                             std::string* why);
+
 }  // namespace xccl

@@ -5,7 +5,11 @@
 // port (2, network order) | 2 zero | 32-byte raw secret | zeros.
 //
 // Wire protocol (all integers u32 little-endian):
-//   client hello : "XCSB" | version | 32-byte secret      -> server: 1 byte, 0 = accepted
+//   client hello : "XCSB" | version | client nonce (16)   -> server: its nonce (16) and its
+//                                                            proof (32) over the client's
+//   client proof : 32 bytes over the server's nonce       -> server: 1 byte, 0 = accepted
+// (mutual challenge-response, common/auth.h: the id's secret never travels, and the client
+// checks the server's proof before giving its own)
 //   set          : 'S' | keylen | key | vallen | value    -> 1 byte 0
 //   get          : 'G' | keylen | key                     -> 0 | vallen | value, or 1 (absent)
 // The server never blocks on a client: a get of an absent key answers "absent" and the
@@ -28,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -44,9 +49,9 @@ namespace {
 
 constexpr char kIdMagic[4] = {'X', 'C', 'I', 'D'};
 constexpr char kHelloMagic[4] = {'X', 'C', 'S', 'B'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kSecretBytes = 32;
-constexpr size_t kHelloBytes = 8 + kSecretBytes;
+constexpr size_t kHelloBytes = 8 + auth::kNonceBytes;
 constexpr uint32_t kMaxKey = 1024;
 constexpr uint32_t kMaxValue = 64u << 20;
 constexpr int kHelloTimeoutMs = 10000;   // a client that never says hello is dropped
@@ -56,6 +61,8 @@ struct Client {
   net::Fd fd;
   std::string addr;
   bool authed = false;
+  std::string nonce;  // ours, once the hello is answered: then the proof is awaited
+  std::string theirNonce;
   Clock::time_point since = Clock::now();
   std::string in, out;
 };
@@ -175,18 +182,27 @@ bool StoreServer::flushClient(Client& c) {
 }
 
 Parse StoreServer::handleHello(Client& c, std::string* why) {
-  if (c.in.size() < kHelloBytes) return Parse::kNeedMore;
-  const auto* p = reinterpret_cast<const unsigned char*>(c.in.data());
-  if (std::memcmp(p, kHelloMagic, 4) != 0 || net::getU32(p + 4) != kVersion) {
-    *why = "bad hello (not an xccl store client, or another version)";
-    return Parse::kBad;
+  if (c.nonce.empty()) {  // the hello: answer with our nonce and proof
+    if (c.in.size() < kHelloBytes) return Parse::kNeedMore;
+    const auto* p = reinterpret_cast<const unsigned char*>(c.in.data());
+    if (std::memcmp(p, kHelloMagic, 4) != 0 || net::getU32(p + 4) != kVersion) {
+      *why = "bad hello (not an xccl store client, or another version)";
+      return Parse::kBad;
+    }
+    c.theirNonce = c.in.substr(8, auth::kNonceBytes);
+    c.in.erase(0, kHelloBytes);
+    c.nonce = auth::nonce();
+    c.out += c.nonce + auth::proof(secret_, "store-server", c.theirNonce, c.nonce, "xccl-store");
+    return Parse::kDone;
   }
-  if (!net::constantTimeEqual(c.in.substr(8, kSecretBytes), secret_)) {
+  if (c.in.size() < auth::kProofBytes) return Parse::kNeedMore;
+  if (!auth::sameProof(c.in.substr(0, auth::kProofBytes),
+                       auth::proof(secret_, "store-client", c.nonce, c.theirNonce, "xccl-store"))) {
     c.out.push_back(1);
-    *why = "bad secret";
+    *why = "bad proof (another job's unique id, or a replay)";
     return Parse::kBad;
   }
-  c.in.erase(0, kHelloBytes);
+  c.in.erase(0, auth::kProofBytes);
   c.authed = true;
   c.out.push_back(0);
   return Parse::kDone;
@@ -195,20 +211,13 @@ Parse StoreServer::handleHello(Client& c, std::string* why) {
 // Parses and answers one complete request at the front of c.in.
 Parse StoreServer::handleOne(Client& c, std::string* why) {
   if (!c.authed) return handleHello(c, why);
-  if (c.in.size() < 5) return Parse::kNeedMore;
-  const auto* p = reinterpret_cast<const unsigned char*>(c.in.data());
-  char op = static_cast<char>(p[0]);
-  uint32_t klen = net::getU32(p + 1);
-  if ((op != 'S' && op != 'G') || klen == 0 || klen > kMaxKey) {
-    *why = strCat("malformed request (op ", static_cast<int>(op), ", key length ", klen, ")");
-    return Parse::kBad;
-  }
-  size_t need = 5 + klen;
-  if (c.in.size() < need) return Parse::kNeedMore;
-  std::string key = c.in.substr(5, klen);
-  if (op == 'G') {
-    c.in.erase(0, need);
-    auto it = kv_.find(key);
+  StoreRequest req;
+  size_t used = 0;
+  StoreParse r = parseStoreRequest(c.in, &req, &used, why);
+  if (r != StoreParse::kDone) return r == StoreParse::kNeedMore ? Parse::kNeedMore : Parse::kBad;
+  c.in.erase(0, used);
+  if (req.op == 'G') {
+    auto it = kv_.find(req.key);
     if (it == kv_.end()) {
       c.out.push_back(1);
     } else {
@@ -218,21 +227,12 @@ Parse StoreServer::handleOne(Client& c, std::string* why) {
     }
     return Parse::kDone;
   }
-  if (c.in.size() < need + 4) return Parse::kNeedMore;
-  uint32_t vlen = net::getU32(p + need);
-  if (vlen > kMaxValue) {
-    *why = strCat("value of ", vlen, " bytes exceeds the limit of ", kMaxValue);
-    return Parse::kBad;
-  }
-  if (c.in.size() < need + 4 + vlen) return Parse::kNeedMore;
-  std::string value = c.in.substr(need + 4, vlen);
-  c.in.erase(0, need + 4 + vlen);
-  if (key.compare(0, std::strlen(kDoneKeyPrefix), kDoneKeyPrefix) == 0) {
-    long n = std::strtol(value.c_str(), nullptr, 10);
+  if (req.key.compare(0, std::strlen(kDoneKeyPrefix), kDoneKeyPrefix) == 0) {
+    long n = std::strtol(req.value.c_str(), nullptr, 10);
     if (n > 0) nranks_ = n;
-    doneKeys_.insert(key);
+    doneKeys_.insert(req.key);
   }
-  kv_[key] = std::move(value);
+  kv_[req.key] = std::move(req.value);
   c.out.push_back(0);
   return Parse::kDone;
 }
@@ -360,6 +360,36 @@ void createUniqueId(xcclUniqueId* id) {
   XCCL_INFO(BOOT, "unique-id store listening on ", net::formatAddr(addr));
 }
 
+StoreParse parseStoreRequest(const std::string& in, StoreRequest* req, size_t* used,
+                             std::string* why) {
+  if (in.size() < 5) return StoreParse::kNeedMore;
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+  const char op = static_cast<char>(p[0]);
+  const uint32_t klen = net::getU32(p + 1);
+  if ((op != 'S' && op != 'G') || klen == 0 || klen > kMaxKey) {
+    *why = strCat("malformed request (op ", static_cast<int>(op), ", key length ", klen, ")");
+    return StoreParse::kBad;
+  }
+  const size_t need = 5 + klen;
+  if (in.size() < need) return StoreParse::kNeedMore;
+  req->op = op;
+  req->key = in.substr(5, klen);
+  if (op == 'G') {
+    *used = need;
+    return StoreParse::kDone;
+  }
+  if (in.size() < need + 4) return StoreParse::kNeedMore;
+  const uint32_t vlen = net::getU32(p + need);
+  if (vlen > kMaxValue) {
+    *why = strCat("value of ", vlen, " bytes exceeds the limit of ", kMaxValue);
+    return StoreParse::kBad;
+  }
+  if (in.size() < need + 4 + vlen) return StoreParse::kNeedMore;
+  req->value = in.substr(need + 4, vlen);
+  *used = need + 4 + vlen;
+  return StoreParse::kDone;
+}
+
 std::string uniqueIdSecret(const xcclUniqueId& id) {
   idAddr(id);  // validates the magic
   return toHex(std::string(id.internal + 16, kSecretBytes));
@@ -370,13 +400,25 @@ std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadli
   std::string where = net::formatAddr(addr);
   net::WaitCtx ctx{deadline, nullptr, strCat("unique-id store ", where)};
   net::Fd fd = net::connectTo(addr, ctx);
+  const std::string secret(id.internal + 16, kSecretBytes);
+  const std::string mine = auth::nonce();
   std::string hello(kHelloMagic, 4);
   net::putU32(hello, kVersion);
-  hello.append(id.internal + 16, kSecretBytes);
+  hello += mine;
   net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
+  std::string answer(auth::kNonceBytes + auth::kProofBytes, '\0');
+  net::recvAll(fd.get(), &answer[0], answer.size(), ctx);
+  const std::string theirs = answer.substr(0, auth::kNonceBytes);
+  if (!auth::sameProof(answer.substr(auth::kNonceBytes),
+                       auth::proof(secret, "store-server", mine, theirs, "xccl-store"))) {
+    throw RemoteError(strCat(ctx.what, " does not know this unique id's secret (another job's "
+                             "store on that address?)"));
+  }
+  const std::string proof = auth::proof(secret, "store-client", theirs, mine, "xccl-store");
+  net::sendAll(fd.get(), proof.data(), proof.size(), ctx);
   char status = 1;
   net::recvAll(fd.get(), &status, 1, ctx);
-  if (status != 0) throw RemoteError(strCat(ctx.what, " refused us: bad secret"));
+  if (status != 0) throw RemoteError(strCat(ctx.what, " refused us: bad proof"));
   XCCL_TRACE(BOOT, "connected to unique-id store ", where);
   return std::make_unique<UniqueIdStore>(std::move(fd), where);
 }

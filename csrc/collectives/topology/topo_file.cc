@@ -144,8 +144,8 @@ class Parser {
   double toDouble(const std::string& s) const {
     char* end = nullptr;
     double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 1e9) {
-      fail("'", s, "' is not a positive bandwidth");
+    if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 1e-6 || v > 1e9) {
+      fail("'", s, "' is not a bandwidth (1e-6 .. 1e9)");
     }
     return v;
   }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <new>
 
+#include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -32,9 +33,8 @@ XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20)
 namespace {
 
 constexpr uint64_t kMagic = 0x58434c4c53484d31ull;  // "XCLLSHM1"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: a proof of the secret instead of the secret
 constexpr size_t kHeaderBytes = 4096;  // the ring starts page-aligned
-constexpr size_t kMaxSecret = 128;
 constexpr size_t kMaxRing = size_t(1) << 30;
 constexpr size_t kMaxHandle = 256;
 enum Side { kCreator = 0, kOpener = 1 };
@@ -45,11 +45,14 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "closed flags must be 
 struct Header {
   uint64_t magic;
   uint32_t version;
-  uint32_t secretLen;
+  uint32_t pad0;
   uint64_t ringBytes;
   uint64_t laneBytes;  // 0: no payload lane
   int32_t creatorPid, creatorRank, openerRank, pad;
-  unsigned char secret[kMaxSecret];
+  // The creator's proof that it knows the communicator's secret (common/auth.h) over a
+  // fresh nonce and the ring's identity; the secret itself is never in shared memory.
+  unsigned char nonce[auth::kNonceBytes];
+  unsigned char proof[auth::kProofBytes];
   alignas(64) std::atomic<uint32_t> closed[2];  // indexed by Side
   alignas(64) std::atomic<uint64_t> head;       // written by the producer (creator)
   alignas(64) std::atomic<uint64_t> tail;       // written by the consumer (opener)
@@ -57,6 +60,12 @@ struct Header {
   alignas(64) std::atomic<uint64_t> laneTail;
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "header must fit its page");
+
+// What a ring's proof is bound to: its creator and opener, and its size.
+std::string ringContext(const Header& h) {
+  return strCat("xccl-shm pid ", h.creatorPid, " rank ", h.creatorRank, "->", h.openerRank, " ",
+                h.ringBytes);
+}
 
 bool laneWanted(Device& device) {
   int64_t mode = xcclParamShmLane();
@@ -96,7 +105,6 @@ OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret, Device
   int64_t ring = xcclParamShmBuffsize();
   XCCL_CHECK(ring >= 256 && ring % 64 == 0 && static_cast<uint64_t>(ring) <= kMaxRing,
              "XCCL_SHM_BUFFSIZE=", ring, " must be a multiple of 64 between 256 and ", kMaxRing);
-  XCCL_CHECK(secret.size() <= kMaxSecret, "secret of ", secret.size(), " bytes is too long");
   seg_ = std::make_unique<Segment>(
       createSharedMapping(kHeaderBytes + static_cast<size_t>(ring), "xccl-shm-ring"));
   // The pages are zero (fresh memfd), so the atomics start at 0/false; construct them
@@ -108,8 +116,10 @@ OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret, Device
   h->creatorPid = static_cast<int32_t>(getpid());
   h->creatorRank = rank;
   h->openerRank = peer;
-  h->secretLen = static_cast<uint32_t>(secret.size());
-  std::memcpy(h->secret, secret.data(), secret.size());
+  const std::string nonce = auth::nonce();
+  const std::string proof = auth::proof(secret, "shm-ring", nonce, "", ringContext(*h));
+  std::memcpy(h->nonce, nonce.data(), nonce.size());
+  std::memcpy(h->proof, proof.data(), proof.size());
 
   if (!laneWanted(device)) return;
   int64_t lane = xcclParamShmLaneBuffsize();
@@ -164,11 +174,9 @@ std::unique_ptr<Segment> openPeerRing(int rank, int peer, const std::string& des
     throw RemoteError(strCat("refused SHM ring from rank ", peer, " (pid ", pid,
                              "): bad header (not ours, or another version)"));
   }
-  std::string theirs(reinterpret_cast<const char*>(h->secret),
-                     std::min<size_t>(h->secretLen, kMaxSecret));
-  unsigned char diff = theirs.size() == secret.size() ? 0 : 1;
-  for (size_t i = 0; i < theirs.size() && i < secret.size(); ++i) diff |= theirs[i] ^ secret[i];
-  if (diff != 0) {
+  const std::string nonce(reinterpret_cast<const char*>(h->nonce), auth::kNonceBytes);
+  const std::string theirs(reinterpret_cast<const char*>(h->proof), auth::kProofBytes);
+  if (!auth::sameProof(theirs, auth::proof(secret, "shm-ring", nonce, "", ringContext(*h)))) {
     XCCL_WARN(SHM, "refused SHM ring from rank ", peer, " (pid ", pid, "): bad secret");
     throw RemoteError(strCat("rank ", rank, ": refused SHM ring from rank ", peer, ": bad secret"));
   }

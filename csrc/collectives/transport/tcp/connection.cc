@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "device/device.h"
+#include "handshake.h"
 
 namespace xccl {
 namespace tcp {
@@ -35,20 +36,9 @@ XCCL_PARAM(SocketChunk, "SOCKET_CHUNK", 128 << 10)
 
 namespace {
 
-constexpr char kHelloMagic[4] = {'X', 'C', 'T', 'H'};
-constexpr char kReplyMagic[4] = {'X', 'C', 'T', 'R'};
-constexpr uint32_t kVersion = 2;
-constexpr size_t kMaxSecret = 128;
-// magic | version | from | to | secret length | socket index | sockets | chunk | secret
-constexpr size_t kHelloBytes = 4 + 7 * 4 + kMaxSecret;
-constexpr size_t kSecretAt = 4 + 7 * 4;
-constexpr uint32_t kMaxSocks = 64;
-constexpr uint32_t kMinChunk = 4096, kMaxChunk = 64u << 20;
-constexpr size_t kReplyBytes = 12;
-constexpr int kHandshakeMs = 5000;   // an accepted socket must say hello within this
+constexpr int kHandshakeMs = 5000;   // an accepted socket must finish its handshake within this
 constexpr int kCloseFlushMs = 2000;  // close() waits at most this long for unsent bytes
 constexpr int kCloseStallMs = 200;   // ... or this long without any of them leaving
-enum Status : uint32_t { kOk = 0, kBadSecret = 1, kBadRank = 2 };
 
 // A byte ring in ordinary (page-aligned) memory; counters only grow. `head` is atomic
 // because close() may run on another thread (abort) and must see committed bytes.
@@ -302,74 +292,26 @@ class TcpConnection : public Connection {
   bool closed_ = false;
 };
 
-std::string makeHello(int from, int to, const std::string& secret, uint32_t index,
-                      uint32_t nsocks, uint32_t chunk) {
-  std::string h(kHelloMagic, 4);
-  net::putU32(h, kVersion);
-  net::putU32(h, static_cast<uint32_t>(from));
-  net::putU32(h, static_cast<uint32_t>(to));
-  net::putU32(h, static_cast<uint32_t>(secret.size()));
-  net::putU32(h, index);
-  net::putU32(h, nsocks);
-  net::putU32(h, chunk);
-  h += secret;
-  h.resize(kHelloBytes, '\0');
-  return h;
-}
-
-std::string makeReply(Status status, int rank) {
-  std::string r(kReplyMagic, 4);
-  net::putU32(r, status);
-  net::putU32(r, static_cast<uint32_t>(rank));
-  return r;
-}
-
-// An accepted socket whose handshake has not fully arrived.
+// An accepted socket whose handshake is not finished.
 struct Pending {
   net::Fd fd;
   std::string addr;
-  std::string hello;
+  std::string in;          // bytes of the current stage received so far
+  bool challenged = false; // hello verified and challenge sent: waiting for the proof
+  int src = -1;
+  uint32_t index = 0;      // its socket index, once the hello is verified
+  std::string nonce;       // ours (the acceptor's), once challenged
+  std::string theirNonce;
   Clock::time_point since = Clock::now();
 };
 
-// What a verified hello says beyond the sender's rank.
-struct HelloInfo {
-  uint32_t index = 0, nsocks = 1, chunk = 0;
-};
-
-// Checks a complete hello. Returns the sender's rank, or -1 after logging the refusal
-// (and answering it, best effort, so a misconfigured rank learns why).
-int verifyHello(Pending& p, int rank, const std::set<int>& from, const std::string& secret,
-                HelloInfo* info) {
-  const auto* b = reinterpret_cast<const unsigned char*>(p.hello.data());
-  auto refuse = [&](Status status, const std::string& why) {
-    XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": ", why);
-    if (status != kOk) {
-      std::string r = makeReply(status, rank);
-      ::send(p.fd.get(), r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    return -1;
-  };
-  if (std::memcmp(b, kHelloMagic, 4) != 0 || net::getU32(b + 4) != kVersion) {
-    return refuse(kOk, "bad handshake (not an xccl peer, or another version)");
+// Answers a refused socket (best effort, so a misconfigured rank learns why) and logs once.
+void refuse(const Pending& p, int rank, Status status, const std::string& why) {
+  XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": ", why);
+  if (status != kOk) {
+    std::string r = makeReply(status, rank);
+    ::send(p.fd.get(), r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
-  uint32_t len = net::getU32(b + 16);
-  std::string theirs = len <= kMaxSecret ? p.hello.substr(kSecretAt, len) : std::string();
-  if (!net::constantTimeEqual(theirs, secret)) return refuse(kBadSecret, "bad secret");
-  int src = static_cast<int>(net::getU32(b + 8));
-  int dst = static_cast<int>(net::getU32(b + 12));
-  if (dst != rank || !from.count(src)) {
-    return refuse(kBadRank, strCat("unexpected ranks ", src, " -> ", dst));
-  }
-  info->index = net::getU32(b + 20);
-  info->nsocks = net::getU32(b + 24);
-  info->chunk = net::getU32(b + 28);
-  if (info->nsocks < 1 || info->nsocks > kMaxSocks || info->index >= info->nsocks ||
-      info->chunk < kMinChunk || info->chunk > kMaxChunk || info->chunk % 64 != 0) {
-    return refuse(kBadRank, strCat("bad socket striping from rank ", src, " (socket ", info->index,
-                                   " of ", info->nsocks, ", chunk ", info->chunk, ")"));
-  }
-  return src;
 }
 
 }  // namespace
@@ -406,48 +348,79 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
     for (size_t i = pending.size(); i-- > 0;) {
       Pending& p = pending[i];
       bool drop = false;
+      const size_t need = p.challenged ? auth::kProofBytes : kHelloBytes;
       if (fds[i + 1].revents) {
-        char buf[kHelloBytes];
-        ssize_t got = ::recv(p.fd.get(), buf, kHelloBytes - p.hello.size(), MSG_DONTWAIT);
+        char buf[kHelloBytes > auth::kProofBytes ? kHelloBytes : auth::kProofBytes];
+        ssize_t got = ::recv(p.fd.get(), buf, need - p.in.size(), MSG_DONTWAIT);
         if (got > 0) {
-          p.hello.append(buf, static_cast<size_t>(got));
+          p.in.append(buf, static_cast<size_t>(got));
         } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
           XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr,
-                    ": closed during handshake (", p.hello.size(), " of ", kHelloBytes, " bytes)");
+                    ": closed during handshake (", p.challenged ? "proof" : "hello", ", ",
+                    p.in.size(), " of ", need, " bytes)");
           drop = true;
         }
       }
-      if (!drop && p.hello.size() == kHelloBytes) {
-        HelloInfo hi;
-        int src = verifyHello(p, rank, from, secret, &hi);
-        if (src >= 0) {
-          Partial& part = partial[src];
+      if (!drop && !p.challenged && p.in.size() == kHelloBytes) {
+        Hello hi;
+        Status status;
+        std::string why;
+        if (!parseHello(p.in, rank, from, &hi, &status, &why)) {
+          refuse(p, rank, status, why);
+          drop = true;
+        } else {
+          p.src = hi.from;
+          p.theirNonce = hi.nonce;
+          Partial& part = partial[p.src];
           if (part.fds.empty()) {
             part.fds.resize(hi.nsocks);
             part.chunk = hi.chunk;
             part.addr = p.addr;
           }
-          if (part.fds.size() != hi.nsocks || part.chunk != hi.chunk || part.fds[hi.index].get() >= 0) {
-            XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": socket ",
-                      hi.index, " of ", hi.nsocks, " from rank ", src,
-                      " does not fit the ones it already opened");
+          if (part.fds.size() != hi.nsocks || part.chunk != hi.chunk ||
+              part.fds[hi.index].get() >= 0) {
+            refuse(p, rank, kBadRank, strCat("socket ", hi.index, " of ", hi.nsocks, " from rank ",
+                                             p.src, " does not fit the ones it already opened"));
+            drop = true;
           } else {
-            std::string reply = makeReply(kOk, rank);
-            net::sendAll(p.fd.get(), reply.data(), reply.size(), ctx);
-            net::setNonblockingNoDelay(p.fd.get());
-            part.fds[hi.index] = std::move(p.fd);
-            if (++part.arrived == hi.nsocks) {
-              out[src] = std::make_unique<TcpConnection>(rank, src, part.addr, std::move(part.fds),
-                                                         part.chunk, device);
-              partial.erase(src);
-              from.erase(src);
-            }
+            // Challenge: our nonce and our proof over theirs.
+            p.nonce = auth::nonce();
+            std::string c = makeChallenge(kOk, rank, p.nonce,
+                                          auth::proof(secret, "acceptor", p.theirNonce, p.nonce,
+                                                      proofContext(p.src, rank, hi.index)));
+            net::sendAll(p.fd.get(), c.data(), c.size(), ctx);
+            p.challenged = true;
+            p.in.clear();
+            p.since = Clock::now();
+            p.index = hi.index;
+          }
+        }
+      } else if (!drop && p.challenged && p.in.size() == auth::kProofBytes) {
+        const uint32_t index = p.index;
+        const std::string want =
+            auth::proof(secret, "connector", p.nonce, p.theirNonce, proofContext(p.src, rank, index));
+        Partial& part = partial[p.src];
+        if (!auth::sameProof(p.in, want)) {
+          refuse(p, rank, kBadSecret, strCat("rank ", p.src, "'s proof does not match this "
+                                             "communicator's secret (another job, or a replay)"));
+          if (part.arrived == 0) partial.erase(p.src);
+        } else {
+          std::string reply = makeReply(kOk, rank);
+          net::sendAll(p.fd.get(), reply.data(), reply.size(), ctx);
+          net::setNonblockingNoDelay(p.fd.get());
+          const int src = p.src;
+          part.fds[index] = std::move(p.fd);
+          if (++part.arrived == part.fds.size()) {
+            out[src] = std::make_unique<TcpConnection>(rank, src, part.addr, std::move(part.fds),
+                                                       part.chunk, device);
+            partial.erase(src);
+            from.erase(src);
           }
         }
         drop = true;
       } else if (!drop && Clock::now() - p.since > std::chrono::milliseconds(kHandshakeMs)) {
-        XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr,
-                  ": no handshake within ", kHandshakeMs, " ms");
+        XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": no ",
+                  p.challenged ? "proof" : "hello", " within ", kHandshakeMs, " ms");
         drop = true;
       }
       if (drop) pending.erase(pending.begin() + static_cast<long>(i));
@@ -469,28 +442,50 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
 std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& peerAddr,
                                         const std::string& secret, Device& device,
                                         const net::WaitCtx& ctx) {
-  XCCL_CHECK(secret.size() <= kMaxSecret, "secret of ", secret.size(), " bytes is too long");
   const int64_t nsocks = xcclParamNsocks(), chunk = xcclParamSocketChunk();
   XCCL_CHECK(nsocks >= 1 && nsocks <= kMaxSocks, "XCCL_NSOCKS=", nsocks, " must be 1..", kMaxSocks);
   XCCL_CHECK(chunk >= kMinChunk && chunk <= kMaxChunk && chunk % 64 == 0, "XCCL_SOCKET_CHUNK=",
              chunk, " must be a multiple of 64 between ", kMinChunk, " and ", kMaxChunk);
   std::vector<net::Fd> fds;
+  auto refused = [&](uint32_t status) {
+    return RemoteError(strCat(ctx.what, ": refused by peer: ",
+                              status == kBadSecret ? "bad secret (another communicator?)"
+                                                   : "unexpected rank or striping"));
+  };
   for (uint32_t j = 0; j < static_cast<uint32_t>(nsocks); ++j) {
     net::Fd fd = net::connectTo(net::parseAddr(peerAddr), ctx);
-    std::string hello = makeHello(rank, peer, secret, j, static_cast<uint32_t>(nsocks),
-                                  static_cast<uint32_t>(chunk));
+    const std::string mine = auth::nonce();
+    std::string hello = makeHello(Hello{rank, peer, j, static_cast<uint32_t>(nsocks),
+                                        static_cast<uint32_t>(chunk), mine});
     net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
-    unsigned char reply[kReplyBytes];
-    net::recvAll(fd.get(), reply, kReplyBytes, ctx);
-    uint32_t status = net::getU32(reply + 4);
-    int who = static_cast<int>(net::getU32(reply + 8));
-    if (std::memcmp(reply, kReplyMagic, 4) != 0 || who != peer) {
+    // The challenge (or, refused, a 12-byte reply).
+    std::string c(kReplyBytes, '\0');
+    net::recvAll(fd.get(), &c[0], kReplyBytes, ctx);
+    if (c.compare(0, 4, "XCTC") == 0) {
+      c.resize(kChallengeBytes);
+      net::recvAll(fd.get(), &c[kReplyBytes], kChallengeBytes - kReplyBytes, ctx);
+    }
+    std::string theirs, theirProof;
+    uint32_t status = kOk;
+    const int kind = parseChallenge(c, peer, &theirs, &theirProof, &status);
+    if (kind == 1) throw refused(status);
+    if (kind < 0 || status != kOk) {
       throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
     }
-    if (status != kOk) {
-      throw RemoteError(strCat(ctx.what, ": refused by peer: ",
-                               status == kBadSecret ? "bad secret (another communicator?)"
-                                                    : "unexpected rank or striping"));
+    const std::string context = proofContext(rank, peer, j);
+    if (!auth::sameProof(theirProof, auth::proof(secret, "acceptor", mine, theirs, context))) {
+      throw RemoteError(strCat(ctx.what, ": ", peerAddr, " does not know this communicator's "
+                               "secret (another job listening on that address?)"));
+    }
+    const std::string proof = auth::proof(secret, "connector", theirs, mine, context);
+    net::sendAll(fd.get(), proof.data(), proof.size(), ctx);
+    std::string reply(kReplyBytes, '\0');
+    net::recvAll(fd.get(), &reply[0], kReplyBytes, ctx);
+    if (reply != makeReply(kOk, peer)) {
+      uint32_t st = kOk;
+      std::string n, pr;
+      if (parseChallenge(reply, peer, &n, &pr, &st) == 1) throw refused(st);
+      throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
     }
     fds.push_back(std::move(fd));
   }

@@ -3,11 +3,9 @@
 // memory; progress() moves bytes between the rings and the kernel.
 //
 // Connection setup: every rank listens on an ephemeral port; the lower rank of a pair
-// connects to the higher one and sends a handshake
-//   "XCTH" | version | from rank | to rank | secret length | secret (128 bytes, padded)
-// and the acceptor answers "XCTR" | status | its rank. The acceptor compares the secret
-// in constant time and checks both ranks; anything else (wrong secret, garbage, a
-// duplicate, silence) is refused, logged at WARN, and never becomes a Connection.
+// connects to the higher one and both prove they know the communicator's secret without
+// sending it (handshake.h); anything else (a wrong or replayed proof, garbage, a duplicate,
+// silence) is refused, logged once at WARN, and never becomes a Connection.
 #pragma once
 
 #include <map>

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The core suites under AddressSanitizer + UndefinedBehaviorSanitizer (or another set:
+# SANITIZE=thread): a separate build in ./build-<name> with XCCL_SANITIZE, no CUDA, no tools
+# or benchmarks, then the transport, collectives and topology suites and a short run of
+# every fuzz target. Any sanitizer report fails the run (no recovery). Leak checking is off:
+# the unique-id store's detached server thread owns its state until the job's last rank
+# leaves, which a test process does not wait for (by design, docs/TRANSPORT.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SANITIZE=${SANITIZE:-address,undefined}
+DIR=build-$(echo "$SANITIZE" | tr ',' '-')
+cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXCCL_SANITIZE="$SANITIZE" \
+  -DXCCL_WITH_CUDA=OFF -DXCCL_BUILD_TOOLS=OFF -DXCCL_BUILD_BENCH=OFF -DXCCL_BUILD_TOPO_TOOL=OFF \
+  -DXCCL_FUZZ_CI_RUNS=5000 >/dev/null
+cmake --build "$DIR" -j"$(nproc)"
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+# Every test its own process (gtest_discover_tests); the xdev runtime's own suite and the
+# CUDA tests (skipped without a GPU anyway) are left to the plain build.
+ctest --test-dir "$DIR" --output-on-failure --timeout 600 -j"$(nproc)" \
+  -E "^(xdev\\.|CudaDevice|CudaColl)"
