@@ -12,7 +12,6 @@ command -v cmake >/dev/null || need_apt+=(cmake)
 command -v g++ >/dev/null || need_apt+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(googletest libgtest-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need_apt+=(libcli11-dev)
-[ -f /usr/include/openssl/hmac.h ] || need_apt+=(libssl-dev)  # HMAC for the handshakes
 command -v ip >/dev/null || need_apt+=(iproute2)  # hosts made of network namespaces (tests)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -16,7 +16,12 @@ cmake --build "$DIR" -j"$(nproc)"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-# Every test its own process (gtest_discover_tests); the xdev runtime's own suite and the
-# CUDA tests (skipped without a GPU anyway) are left to the plain build.
+# Every test its own process (gtest_discover_tests). Left to the plain build: the xdev
+# runtime's own suite, the CUDA tests (skipped without a GPU anyway), and the tests that fork
+# ranks from a parent with threads running: GCC 12's ASan allocator can deadlock in such a
+# child (gdb: both of the child's threads waiting on SizeClassAllocator64's mutex, held by a
+# parent thread at the fork), a limitation of that runtime, not of the code under test.
+FORKS="Processes|ProcessesShareKeys|LeavesNothingInDevShm|KilledProcess|KilledPeer|CollProcesses"
+FORKS="$FORKS|ShmLane.CollectivesBetweenProcesses|HostId|TcpStripedOver3Sockets|ExitChild"
 ctest --test-dir "$DIR" --output-on-failure --timeout 600 -j"$(nproc)" \
-  -E "^(xdev\\.|CudaDevice|CudaColl)"
+  -E "^(xdev\\.|CudaDevice|CudaColl)|$FORKS"

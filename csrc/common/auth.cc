@@ -1,12 +1,11 @@
 #include "auth.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <sys/random.h>
 
 #include <cerrno>
 
 #include "error.h"
+#include "sha256.h"
 
 namespace xccl {
 namespace auth {
@@ -33,14 +32,8 @@ std::string proof(const std::string& secret, const std::string& label,
     msg.append(reinterpret_cast<const char*>(&n), sizeof(n));
     msg += *part;
   }
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-           reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len) == nullptr ||
-      len != kProofBytes) {
-    throw Error(xcclInternalError, "HMAC-SHA256 failed (libcrypto)");
-  }
-  return std::string(reinterpret_cast<const char*>(out), len);
+  const std::array<uint8_t, 32> mac = hmacSha256(secret, msg);
+  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
 }
 
 bool sameProof(const std::string& a, const std::string& b) {

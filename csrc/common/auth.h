@@ -7,7 +7,7 @@
 // where `label` names the role ("acceptor" / "connector") so that one side's proof is never
 // a valid proof for the other, and `context` binds the proof to this connection (ranks,
 // socket index). A recorded proof is useless later: the verifier's nonce is new each time.
-// HMAC-SHA256 comes from OpenSSL's libcrypto.
+// HMAC-SHA256 is ours (sha256.h says why not libcrypto's).
 #pragma once
 
 #include <cstddef>

@@ -2,6 +2,8 @@
 // and the unique-id store server (threads, processes, hostile clients).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <array>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
 #include "common/auth.h"
+#include "common/sha256.h"
 #include "common/error.h"
 #include "collectives/transport/tcp/socket.h"
 #include "test_util.h"
@@ -335,6 +338,42 @@ TEST(UniqueIdStore, CommIdOverrideFixesTheAddress) {
   auto store = xccl::connectUniqueIdStore(id, Deadline::after(5000));
   store->set("a", "b");
   EXPECT_EQ(store->get("a", Deadline::after(1000)), "b");
+}
+
+}  // namespace
+
+namespace {
+
+std::string hex(const std::array<uint8_t, 32>& d) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : d) {
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
+
+// FIPS 180-2 appendix B and RFC 4231 (HMAC-SHA256 test cases 1, 2, 6: short key, short key
+// with short text, key longer than a block).
+TEST(Sha256, KnownAnswers) {
+  EXPECT_EQ(hex(xccl::sha256("abc", 3)),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex(xccl::sha256("", 0)),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // 56 bytes
+  EXPECT_EQ(hex(xccl::sha256(two.data(), two.size())),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  EXPECT_EQ(hex(xccl::sha256(million.data(), million.size())),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(hex(xccl::hmacSha256(std::string(20, '\x0b'), "Hi There")),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(hex(xccl::hmacSha256("Jefe", "what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(hex(xccl::hmacSha256(std::string(131, '\xaa'),
+                                 "Test Using Larger Than Block-Size Key - Hash Key First")),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
 
 }  // namespace

@@ -441,6 +441,8 @@ TEST(Connect, ConnectorNeverSendsTheSecretOrAProofToAStranger) {
   std::string secret = xccl::randomSecret();
   std::string received;
   std::thread stranger([&] {
+    pollfd pl{listener.get(), POLLIN, 0};
+    poll(&pl, 1, 10000);  // the listener is nonblocking
     int fd = accept(listener.get(), nullptr, nullptr);
     char buf[256];
     ssize_t n;
@@ -461,6 +463,8 @@ TEST(Connect, ConnectorNeverSendsTheSecretOrAProofToAStranger) {
   } catch (const xccl::RemoteError& e) {
     EXPECT_NE(std::string(e.what()).find("does not know this communicator's secret"),
               std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "unexpected error: " << e.what();
   }
   stranger.join();
   EXPECT_EQ(received.size(), 44u);  // the hello and nothing after it

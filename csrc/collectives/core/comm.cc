@@ -38,6 +38,8 @@ const char* deviceKind(xcclDeviceType_t type) {
       return "xdev";
     case xcclDeviceCuda:
       return "cuda";
+    default:
+      break;
   }
   throw Error(xcclInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
 }

@@ -55,7 +55,10 @@ typedef enum {
   xcclFloat64 = 6,
   xcclBfloat16 = 7,
   xcclBool = 8,
-  xcclNumTypes = 9
+  xcclNumTypes = 9,
+  /* Not a type: widens the enum's range to int so that an out-of-range value a caller
+   * passes is a checked xcclInvalidArgument, not undefined behaviour in C++ (as NCCL). */
+  xcclMaxDataType = 0x7fffffff
 } xcclDataType_t;
 
 typedef enum {
@@ -68,7 +71,8 @@ typedef enum {
   xcclBand = 6,      /* integer and bool types only */
   xcclBor = 7,
   xcclBxor = 8,
-  xcclNumOps = 9
+  xcclNumOps = 9,
+  xcclMaxRedOp = 0x7fffffff /* not an op: widens the range to int (see xcclMaxDataType) */
 } xcclRedOp_t;
 
 /* Opaque id that ranks share to find each other: the address of a small
@@ -111,8 +115,9 @@ typedef enum {
   xcclDeviceHost = 1,    /* host memory, no streams: stream arguments must be NULL */
   xcclDeviceXdev = 2,    /* the simulated accelerator: operations are ordered on xdev streams
                             (xdevStream_t; NULL = the communicator's device's default stream) */
-  xcclDeviceCuda = 3     /* CUDA (builds with XCCL_WITH_CUDA): buffers in CUDA device memory,
+  xcclDeviceCuda = 3,    /* CUDA (builds with XCCL_WITH_CUDA): buffers in CUDA device memory,
                             operations ordered on cudaStream_t streams, as NCCL */
+  xcclMaxDeviceType = 0x7fffffff /* not a kind: widens the range to int (see xcclMaxDataType) */
 } xcclDeviceType_t;
 
 /* Optional settings for communicator creation; zero-initialise, then set. */
