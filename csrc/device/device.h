@@ -70,8 +70,8 @@ class Device {
   virtual void* streamCapture(xcclStream_t stream) = 0;
   virtual void streamWait(void* token) = 0;
   virtual void streamRelease(void* token) = 0;
-  virtual void* streamHold(xcclStream_t stream) { return nullptr; }
-  virtual void streamResume(void* token) {}
+  virtual void* streamHold(xcclStream_t /*stream*/) { return nullptr; }
+  virtual void streamResume(void* /*token*/) {}
 
   // Device memory another process of this host can map (CUDA IPC; for the host device a
   // memfd): what the shared-memory transport puts its payload rings in, so that data moves
@@ -81,7 +81,7 @@ class Device {
   // prefersSharedRings(): payload rings in shared device memory beat host staging rings
   // (devices whose memory the host cannot address at full speed).
   virtual bool prefersSharedRings() const { return false; }
-  virtual void* allocShared(size_t bytes, std::string* handle) { return nullptr; }
+  virtual void* allocShared(size_t /*bytes*/, std::string* /*handle*/) { return nullptr; }
   virtual void* openShared(const std::string& handle, int ownerPid, size_t bytes);
   virtual void closeShared(void* ptr, size_t bytes, bool owner);
 };

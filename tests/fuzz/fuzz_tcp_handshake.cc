@@ -20,6 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (kind == 0 && (nonce.size() != xccl::auth::kNonceBytes || proof.size() != xccl::auth::kProofBytes)) {
     __builtin_trap();
   }
+  if (xccl::tcp::parseReply(in, 1, &st) && xccl::tcp::makeReply(static_cast<xccl::tcp::Status>(st), 1) != in) {
+    __builtin_trap();
+  }
   return 0;
 }
 

@@ -162,11 +162,11 @@ void ringRun(Exchange& ex, const CollArgs& args) {
 // 2(n-1)/n of it through every host's network hop: for 2 hosts of 2 ranks, 1 against 1.5.
 void hierarchicalRun(Exchange& ex, const CollArgs& args) {
   const auto& hosts = ex.hosts();
-  const auto& run = hosts[ex.hostOf(ex.rank())];
+  const int host = ex.hostOf(ex.rank());
+  const auto& run = hosts[host];
   const int local = static_cast<int>(std::find(run.begin(), run.end(), ex.rank()) - run.begin());
   std::vector<int> column;
   for (const auto& h : hosts) column.push_back(h[local]);
-  const int host = ex.hostOf(ex.rank());
 
   Ring intra(ex, args, args.sendbuf, args.recvbuf, args.count, run, local);
   intra.reduceScatter();

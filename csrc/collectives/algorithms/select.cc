@@ -163,19 +163,19 @@ void explainChoice(const CollArgs& args, Exchange& ex, const Algorithm& chosen,
                    const std::vector<const char*>& order, size_t index) {
   if (!logEnabled(LogLevel::kInfo, COLL)) return;
   if (!ex.firstTime(strCat(collName(args.type), "/", chosen.name))) return;
-  std::string declined;
-  for (size_t i = 0; i < index; ++i) declined += strCat(i ? ", " : "", order[i]);
+  auto join = [](auto first, auto last, const char* sep, auto&& text) {
+    std::string s;
+    for (auto it = first; it != last; ++it) s += strCat(it == first ? "" : sep, text(*it));
+    return s;
+  };
   const auto& hosts = ex.hosts();
-  std::string shape = strCat(hosts.size(), " host(s) of ");
-  for (size_t h = 0; h < hosts.size(); ++h) shape += strCat(h ? "/" : "", hosts[h].size());
-  shape += " rank(s)";
+  const std::string perHost =
+      join(hosts.begin(), hosts.end(), "/", [](const std::vector<int>& h) { return h.size(); });
+  const auto name = [](const char* n) { return n; };
+  const std::string declined = join(order.begin(), order.begin() + index, ", ", name);
   XCCL_INFO(COLL, collName(args.type), " of ", args.count * dtypeSize(args.dtype), " bytes on ",
-            shape, ": algorithm ", chosen.name, " (candidates by size and topology: ",
-            [&] {
-              std::string s;
-              for (size_t i = 0; i < order.size(); ++i) s += strCat(i ? ", " : "", order[i]);
-              return s;
-            }(),
+            hosts.size(), " host(s) of ", perHost, " rank(s): algorithm ", chosen.name,
+            " (candidates by size and topology: ", join(order.begin(), order.end(), ", ", name),
             declined.empty() ? std::string() : strCat("; declined: ", declined),
             "; XCCL_ALGO overrides, docs/ALGORITHMS.md)");
 }

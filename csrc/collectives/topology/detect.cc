@@ -7,14 +7,11 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "common/param.h"
 #include "device/device.h"
-#include "../transport/tcp/interfaces.h"
+#include "../transport/tcp/socket.h"
 
 namespace xccl {
 namespace topo {
-
-XCCL_PARAM_STR(TopoIfname, "SOCKET_IFNAME", "")
 
 namespace {
 
@@ -68,12 +65,12 @@ System detectHost(const std::string& deviceKind) {
   }
 
   std::string how, why;
-  std::vector<net::Interface> ifaces = net::listInterfaces();
-  if (const net::Interface* nic = net::chooseInterface(ifaces, xcclParamTopoIfname(), &how, &why)) {
-    const std::string base = "/sys/class/net/" + nic->name;
+  net::Interface nic;
+  if (net::chosenInterface(&nic, &how, &why)) {
+    const std::string base = "/sys/class/net/" + nic.name;
     long mbps = readLong(base + "/speed", -1);
     double gbps = mbps > 0 ? static_cast<double>(mbps) / 1000.0 : 10.0;
-    sys.addNic(host, nic->name, clampNuma(readLong(base + "/device/numa_node", 0)), gbps);
+    sys.addNic(host, nic.name, clampNuma(readLong(base + "/device/numa_node", 0)), gbps);
   }
   return sys;
 }

@@ -52,9 +52,9 @@ Plan planRanks(const System& sys, const std::vector<Place>& places, int channels
 // The link between ranks a and b as the planner sees it.
 Path rankPath(const System& sys, const std::vector<Place>& places, int a, int b);
 
-// A System with one host per distinct id and no devices: what the planner knows when only
-// host identities are known (CPU communicators, or no detection).
-System systemFromHostIds(const std::vector<std::string>& hostIds, std::vector<Place>* places);
+// A System of `hosts` hosts and no devices: what the planner knows when only host
+// identities are known (no detection, or detection failed somewhere).
+System systemOfHosts(int hosts);
 
 }  // namespace topo
 }  // namespace xccl

@@ -59,8 +59,7 @@ CommTopology buildCommTopology(const std::vector<std::string>& hostIds,
     }
     t.source = "detected";
   } else {
-    t.system = topo::systemFromHostIds(hostIds, &t.places);
-    t.places.clear();
+    t.system = topo::systemOfHosts(nhosts);
     t.source = "host identities";
   }
   for (size_t r = 0; r < hostIds.size(); ++r) {

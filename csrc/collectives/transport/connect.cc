@@ -78,10 +78,14 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   setup.peers.resize(nranks);
   setup.connections.resize(nranks);
   PeerInfo& me = setup.peers[rank];
-  me = PeerInfo{rank,           static_cast<int>(getpid()), localHostId(), hostName(),
-                device.busId(), listener.address()};
-  me.device = std::string(device.name()) == "host" ? -1 : device.ordinal();
-  me.topology = hostTopology;
+  me = PeerInfo{rank,
+                static_cast<int>(getpid()),
+                localHostId(),
+                hostName(),
+                device.busId(),
+                listener.address(),
+                std::string(device.name()) == "host" ? -1 : device.ordinal(),
+                hostTopology};
   store.set(strCat("peer/", rank), serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0));
 
   // 2. Read everyone; decide the transport of each pair the same way on both ends.

@@ -13,6 +13,17 @@ namespace xdev {
 #define XDEV_SOFT_HALF 1
 #endif
 
+inline uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // IEEE binary16.
 struct Half {
   uint16_t bits;
@@ -40,13 +51,10 @@ inline float toFloat(Half h) {
     }
     u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
   }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return floatOf(u);
 }
 inline Half fromFloat(float x, Half*) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
+  const uint32_t u = bitsOf(x);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t absu = u & 0x7fffffffu;
   Half h;
@@ -84,15 +92,9 @@ inline Half fromFloat(float x, Half*) {
   return h;
 }
 #endif
-inline float toFloat(BFloat16 b) {
-  uint32_t u = static_cast<uint32_t>(b.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline float toFloat(BFloat16 b) { return floatOf(static_cast<uint32_t>(b.bits) << 16); }
 inline BFloat16 fromFloat(float x, BFloat16*) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
+  uint32_t u = bitsOf(x);
   BFloat16 b;
   if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep it a (quiet) NaN
     b.bits = static_cast<uint16_t>((u >> 16) | 0x40);

@@ -461,7 +461,7 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
     // The challenge (or, refused, a 12-byte reply).
     std::string c(kReplyBytes, '\0');
     net::recvAll(fd.get(), &c[0], kReplyBytes, ctx);
-    if (c.compare(0, 4, "XCTC") == 0) {
+    if (isChallenge(c)) {
       c.resize(kChallengeBytes);
       net::recvAll(fd.get(), &c[kReplyBytes], kChallengeBytes - kReplyBytes, ctx);
     }
@@ -481,12 +481,11 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
     net::sendAll(fd.get(), proof.data(), proof.size(), ctx);
     std::string reply(kReplyBytes, '\0');
     net::recvAll(fd.get(), &reply[0], kReplyBytes, ctx);
-    if (reply != makeReply(kOk, peer)) {
-      uint32_t st = kOk;
-      std::string n, pr;
-      if (parseChallenge(reply, peer, &n, &pr, &st) == 1) throw refused(st);
+    uint32_t st = kOk;
+    if (!parseReply(reply, peer, &st)) {
       throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
     }
+    if (st != kOk) throw refused(st);
     fds.push_back(std::move(fd));
   }
   return std::make_unique<TcpConnection>(rank, peer, peerAddr, std::move(fds),

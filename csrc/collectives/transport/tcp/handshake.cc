@@ -92,5 +92,19 @@ int parseChallenge(const std::string& bytes, int peer, std::string* nonce, std::
   return 0;
 }
 
+bool isChallenge(const std::string& first) {
+  return first.size() >= 4 && std::memcmp(first.data(), kChallengeMagic, 4) == 0;
+}
+
+bool parseReply(const std::string& bytes, int peer, uint32_t* status) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  if (bytes.size() != kReplyBytes || std::memcmp(b, kReplyMagic, 4) != 0 ||
+      static_cast<int>(net::getU32(b + 8)) != peer) {
+    return false;
+  }
+  *status = net::getU32(b + 4);
+  return true;
+}
+
 }  // namespace tcp
 }  // namespace xccl

@@ -53,6 +53,10 @@ std::string proofContext(int from, int to, uint32_t index);
 // reply (*status), -1 = not an xccl answer.
 int parseChallenge(const std::string& bytes, int peer, std::string* nonce, std::string* proof,
                    uint32_t* status);
+// Whether an answer's first kReplyBytes begin a challenge (then kChallengeBytes in all).
+bool isChallenge(const std::string& first);
+// The acceptor's final reply: true when it comes from `peer` (status in *status).
+bool parseReply(const std::string& bytes, int peer, uint32_t* status);
 
 }  // namespace tcp
 }  // namespace xccl

@@ -74,6 +74,14 @@ std::string peerAddrOf(int fd) {
   return formatAddr(addr);
 }
 
+bool chosenInterface(Interface* out, std::string* how, std::string* why) {
+  std::vector<Interface> ifaces = listInterfaces();
+  const Interface* pick = chooseInterface(ifaces, xcclParamSocketIfname(), how, why);
+  if (pick == nullptr) return false;
+  *out = *pick;
+  return true;
+}
+
 sockaddr_in localAddress() {
   const std::string family = xcclParamSocketFamily();
   XCCL_CHECK(family == "AF_INET" || family == "AF_INET6", "XCCL_SOCKET_FAMILY='", family,
@@ -82,16 +90,14 @@ sockaddr_in localAddress() {
     throw InvalidUsage("XCCL_SOCKET_FAMILY=AF_INET6: the TCP transport speaks IPv4 only so far; "
                        "leave it unset or set AF_INET");
   }
-  const std::string spec = xcclParamSocketIfname();
-  std::vector<Interface> ifaces = listInterfaces();
   std::string how, why;
-  const Interface* pick = chooseInterface(ifaces, spec, &how, &why);
-  if (pick == nullptr) throw InvalidUsage(why);
-  sockaddr_in found = pick->addr;
+  Interface pick;
+  if (!chosenInterface(&pick, &how, &why)) throw InvalidUsage(why);
+  sockaddr_in found = pick.addr;
   found.sin_port = 0;
   static std::once_flag logged;
   std::call_once(logged, [&] {
-    XCCL_INFO(NET, "interface ", pick->name, " ", formatAddr(found), " (", how, ")");
+    XCCL_INFO(NET, "interface ", pick.name, " ", formatAddr(found), " (", how, ")");
   });
   return found;
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "interfaces.h"
 
 namespace xccl {
 namespace net {
@@ -53,6 +54,9 @@ std::string peerAddrOf(int fd);
 // that is neither loopback nor a container bridge, else loopback. Logged once at INFO (NET).
 // Throws InvalidUsage, listing the interfaces there are, when nothing matches. Port 0.
 sockaddr_in localAddress();
+// The interface XCCL_SOCKET_IFNAME selects on this machine (what localAddress() uses);
+// false, with *why, when none matches.
+bool chosenInterface(Interface* out, std::string* how, std::string* why);
 
 // A nonblocking listening socket bound to `addr` (port 0 = ephemeral).
 Fd listenOn(const sockaddr_in& addr);
