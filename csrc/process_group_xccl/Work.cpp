@@ -124,9 +124,11 @@ void WorkXCCL::complete(std::exception_ptr error) {
     }
     keepAlive_.clear();
     post_ = nullptr;
+    // The outcome before done_: a thread that sees done_ (a waiter whose own complete()
+    // returned early) must find the error, not a Work that looks successful.
+    finish(error);
     done_.store(true);
   }
-  finish(error);
   if (futureMarked_) return;  // a device future completed at launch
   if (error) {
     future_->setError(error);
