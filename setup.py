@@ -82,7 +82,7 @@ class BuildWithCore(BuildExtension):
 ext = CppExtension(
     name="torch_xccl._C",
     # the backend: one concern per file (Utils, Work, ProcessGroupXCCL, Collectives,
-    # DesyncDebug, Bindings)
+    # DesyncDebug, FlightRecorder, FlightDump, Bindings)
     sources=sorted(glob.glob(os.path.join("csrc", "process_group_xccl", "*.cpp"))),
     include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include"),
                   os.path.join(ROOT, "csrc", "device", "xdev", "include")],

@@ -39,9 +39,31 @@ def describe(group=None) -> str:
     return _C._describe(group._get_backend(torch.device("cpu")))
 
 
+def dump_flight_record(path=None) -> str:
+    """Writes this process's flight record (its last TORCH_XCCL_TRACE_BUFFER_SIZE xccl
+    operations, docs/RELIABILITY.md) as JSON and returns the file written.
+
+    ``path``: a file, or an existing directory to write ``rank_<r>.json`` in; by default
+    ``$TORCH_XCCL_TRACE_DIR/rank_<r>.json``. Read the files of a job with
+    ``python -m torch_xccl.fr_trace DIR``.
+    """
+    import os
+
+    return _C._dump_flight_record(os.fspath(path) if path is not None else "")
+
+
+def flight_record() -> dict:
+    """This process's flight record as Python objects: the dump's dict (rank, world_size,
+    groups, ...) with the operations, oldest first, under ``"entries"``."""
+    import json
+
+    return json.loads(_C._flight_record_json())
+
+
 is_routed = _routing.is_routed
 is_torch_xccl_backend = _routing.is_torch_xccl_backend
 
 _routing.route()
 
-__all__ = ["__version__", "xccl_version", "describe", "is_routed", "is_torch_xccl_backend"]
+__all__ = ["__version__", "xccl_version", "describe", "is_routed", "is_torch_xccl_backend",
+           "dump_flight_record", "flight_record"]

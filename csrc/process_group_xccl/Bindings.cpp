@@ -1,8 +1,12 @@
 // Bindings.cpp — the pybind11 module torch_xccl._C: the backend factory the Python routing
-// registers, and introspection helpers.
+// registers, introspection helpers, and the flight recorder's dump.
+#include <chrono>
+
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 
+#include "FlightDump.hpp"
+#include "FlightRecorder.hpp"
 #include "ProcessGroupXCCL.hpp"
 
 namespace {
@@ -64,4 +68,44 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_is_xccl_backend", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return dynamic_cast<torch_xccl::ProcessGroupXCCL*>(b.get()) != nullptr;
   });
+  // The flight recorder (FlightDump.hpp): its JSON, and a dump to a file.
+  m.def(
+      "_flight_record_json", [](const std::string& reason) { return torch_xccl::flight::json(reason); },
+      py::arg("reason") = "torch_xccl.flight_record()", py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_dump_flight_record",
+      [](const std::string& path, const std::string& reason) {
+        return torch_xccl::flight::dump(path, reason);
+      },
+      py::arg("path") = "", py::arg("reason") = "torch_xccl.dump_flight_record()",
+      py::call_guard<py::gil_scoped_release>());
+  m.def("_flight_record_default_path", [] { return torch_xccl::flight::defaultPath(); });
+  // What recording costs: `iters` record + retire pairs of an op on `inputs` / `outputs` in a
+  // recorder of its own (the process's is left alone). Returns ns per pair.
+  m.def(
+      "_flight_recorder_cost",
+      [](int64_t iters, const std::vector<at::Tensor>& inputs,
+         const std::vector<at::Tensor>& outputs, int64_t capacity) {
+        torch_xccl::FlightRecorder rec(static_cast<size_t>(capacity));
+        torch_xccl::FlightGroup g;
+        g.name = "cost";
+        g.size = 1;
+        const uint32_t group = rec.addGroup(g);
+        torch_xccl::FlightIssue issue;
+        issue.group = group;
+        issue.op = "allreduce";
+        issue.inputs = inputs;
+        issue.outputs = outputs;
+        auto start = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < iters; ++i) {
+          issue.seq = issue.opSeq = static_cast<uint64_t>(i + 1);
+          rec.retire(rec.record(issue), nullptr, false);
+        }
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+        return static_cast<double>(ns) / static_cast<double>(iters);
+      },
+      py::arg("iters"), py::arg("inputs"), py::arg("outputs"), py::arg("capacity") = 2000,
+      py::call_guard<py::gil_scoped_release>());
 }

@@ -19,7 +19,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::broadcast(std::vector<at::Tenso
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
   size_t n = buf.numel();
-  return launch(op, c10d::OpType::BROADCAST, opts.timeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::BROADCAST, t, opts.timeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
     return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm, tg.stream);
   });
 }
@@ -58,7 +58,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
     factor = premulFactor(op, opts.reduceOp, t.scalar_type());
     keep.push_back(factor);
   }
-  return launch(op, c10d::OpType::ALLREDUCE, opts.timeout, {t}, keep, cb.fn(),
+  return launch(op, c10d::OpType::ALLREDUCE, t, opts.timeout, {t}, keep, cb.fn(),
                 [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); });
 }
 
@@ -83,7 +83,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
     factor = premulFactor(op, opts.reduceOp, tensors[0].scalar_type());
     keep.push_back(factor);
   }
-  return launch(op, c10d::OpType::ALLREDUCE_COALESCED, opts.timeout, tensors, keep, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::ALLREDUCE_COALESCED, tensors, opts.timeout, tensors, keep, cb.fn(), [&](const Target& tg) {
     return grouped([&] {
       for (const auto& b : bufs) {
         auto r = enqueueAllreduce(op, b, xop, factor, tg);
@@ -111,7 +111,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>&
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
-  return launch(op, c10d::OpType::REDUCE, opts.timeout, {t}, {buf, send}, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::REDUCE, t, opts.timeout, {t}, {buf, send}, cb.fn(), [&](const Target& tg) {
     return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, tg.comm,
                       tg.stream);
   });
@@ -130,7 +130,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, input.scalar_type());
-  return launch(op, c10d::OpType::_ALLGATHER_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::_ALLGATHER_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
     return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm, tg.stream);
   });
 }
@@ -152,7 +152,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
       outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outs[i].sizes()));
     }
   };
-  return launch(op, c10d::OpType::ALLGATHER, opts.timeout, outs, {in, flat}, post, [&](const Target& tg) {
+  return launch(op, c10d::OpType::ALLGATHER, in0, opts.timeout, outs, {in, flat}, post, [&](const Target& tg) {
     return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm, tg.stream);
   });
 }
@@ -197,7 +197,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
       }
     }
   };
-  return launch(op, c10d::OpType::ALLGATHER_COALESCED, opts.timeout, outs, keep, post, [&](const Target& tg) {
+  return launch(op, c10d::OpType::ALLGATHER_COALESCED, inputs, opts.timeout, outs, keep, post, [&](const Target& tg) {
     return grouped([&] {
       for (size_t j = 0; j < ins.size(); ++j) {
         auto r = xcclAllGather(ins[j].data_ptr(), flats[j].data_ptr(), ins[j].numel(),
@@ -230,7 +230,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
   }
   keep = ins;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(op, c10d::OpType::COALESCED, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
     return grouped([&] {
       for (size_t i = 0; i < ins.size(); ++i) {
         auto r = xcclAllGather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
@@ -273,7 +273,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> keep{in};
   if (flat.defined()) keep.push_back(flat);
-  return launch(op, c10d::OpType::GATHER, opts.timeout, outs, keep, post, [&](const Target& tg) {
+  return launch(op, c10d::OpType::GATHER, in0, opts.timeout, outs, keep, post, [&](const Target& tg) {
     return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, tg.comm, tg.stream);
   });
 }
@@ -304,7 +304,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> keep{out};
   if (flat.defined()) keep.push_back(flat);
-  return launch(op, c10d::OpType::SCATTER, opts.timeout, {out0}, keep, cb.fn(), [&](const Target& tg) {
+  auto rootInputs = isRoot ? c10::ArrayRef<at::Tensor>(inputs[0]) : c10::ArrayRef<at::Tensor>();
+  return launch(op, c10d::OpType::SCATTER, rootInputs, opts.timeout, {out0}, keep, cb.fn(), [&](const Target& tg) {
     return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt, root,
                        tg.comm, tg.stream);
   });
@@ -337,7 +338,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   CopyBack cb;
   cb.add(out0, out);
   auto dt = toXcclType(op, out.scalar_type());
-  return launch(op, c10d::OpType::REDUCE_SCATTER, opts.timeout, {out0}, {send, out}, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::REDUCE_SCATTER, inputs[0], opts.timeout, {out0}, {send, out}, cb.fn(), [&](const Target& tg) {
     return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm, tg.stream);
   });
 }
@@ -357,7 +358,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, out.scalar_type());
-  return launch(op, c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout, {output}, {send, out},
+  return launch(op, c10d::OpType::_REDUCE_SCATTER_BASE, input, opts.timeout, {output}, {send, out},
                 cb.fn(), [&](const Target& tg) {
                   return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop,
                                            tg.comm, tg.stream);
@@ -388,7 +389,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced
   }
   keep = sends;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(op, c10d::OpType::COALESCED, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
     return grouped([&] {
       for (size_t i = 0; i < sends.size(); ++i) {
         auto r = xcclReduceScatter(sends[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
@@ -455,7 +456,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(at::Tensor& outpu
                 ": input and output must have the same number of elements, got ", input.numel(),
                 " and ", output.numel());
   }
-  return launch(op, c10d::OpType::ALLTOALL_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::ALLTOALL_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
     if (even) {
       return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt, tg.comm, tg.stream);
     }
@@ -498,7 +499,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
     }
   };
   auto dt = toXcclType(op, inputs[0].scalar_type());
-  return launch(op, c10d::OpType::ALLTOALL, opts.timeout, outputs, {flatIn, flatOut}, post, [&](const Target& tg) {
+  return launch(op, c10d::OpType::ALLTOALL, inputs, opts.timeout, outputs, {flatIn, flatOut}, post, [&](const Target& tg) {
     return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(), flatOut.data_ptr(), rc.data(),
                          rd.data(), dt, tg.comm, tg.stream);
   });
@@ -513,7 +514,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& t
   at::Tensor buf = contig(t);
   auto dt = toXcclType(op, t.scalar_type());
   // Tags are not part of libxccl's matching: messages between two ranks match in order.
-  return launch(op, c10d::OpType::SEND, kNoTimeout, {t}, {buf}, nullptr, [&](const Target& tg) {
+  return launch(op, c10d::OpType::SEND, t, kNoTimeout, {t}, {buf}, nullptr, [&](const Target& tg) {
     return xcclSend(buf.data_ptr(), buf.numel(), dt, dstRank, tg.comm, tg.stream);
   });
 }
@@ -528,7 +529,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recv(std::vector<at::Tensor>& t
   CopyBack cb;
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
-  return launch(op, c10d::OpType::RECV, kNoTimeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
+  return launch(op, c10d::OpType::RECV, {}, kNoTimeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
     return xcclRecv(buf.data_ptr(), buf.numel(), dt, srcRank, tg.comm, tg.stream);
   });
 }
@@ -545,7 +546,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recvAnysource(std::vector<at::T
   LaunchExtra extra;
   extra.peerSlot = &peer;
   return launch(
-      op, c10d::OpType::RECVANYSOURCE, kNoTimeout, {t}, {buf}, cb.fn(),
+      op, c10d::OpType::RECVANYSOURCE, {}, kNoTimeout, {t}, {buf}, cb.fn(),
       [&](const Target& tg) {
         return xcclRecvAny(buf.data_ptr(), buf.numel(), dt, peer, tg.comm, tg.stream);
       },
@@ -580,7 +581,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::barrier(const c10d::BarrierOpti
     extra.device = inUse;
   }
   return launch(
-      "barrier", c10d::OpType::BARRIER, opts.timeout, {}, {}, nullptr,
+      "barrier", c10d::OpType::BARRIER, {}, opts.timeout, {}, {}, nullptr,
       [&](const Target& tg) { return xcclBarrier(tg.comm, tg.stream); }, extra);
 }
 

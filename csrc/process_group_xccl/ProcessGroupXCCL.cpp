@@ -10,6 +10,8 @@
 
 #include <c10/core/StreamGuard.h>
 
+#include "FlightDump.hpp"
+#include "FlightRecorder.hpp"
 #include "Utils.hpp"
 
 namespace torch_xccl {
@@ -47,6 +49,8 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   }
   state_->comm = comm;
   state_->desync = DesyncDebugger::fromEnv(store_, rank, size);
+  flightGroup_ =
+      flight::addGroup(state_->name, rank, size, options_->global_ranks_in_group, store_);
   host_ = std::make_shared<DeviceComm>();
   host_->state = state_;
   completion_ = std::thread([this] { completionLoop(); });
@@ -73,7 +77,10 @@ void ProcessGroupXCCL::shutdown() {
   for (auto& c : allComms()) c->close("process group was shut down", /*destroy=*/true);
 }
 
-void ProcessGroupXCCL::abort() { abortComm("process group was aborted"); }
+void ProcessGroupXCCL::abort() {
+  flight::aborted(state_->name);
+  abortComm("process group was aborted");
+}
 
 // One failure fails the group: every communicator of it is aborted, so peers blocked on any
 // of them fail at once too.
@@ -96,9 +103,10 @@ std::string ProcessGroupXCCL::describe() const {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
-    const char* opName, c10d::OpType type, std::chrono::milliseconds timeout,
-    std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive, std::function<void()> post,
-    const Enqueue& enqueue, LaunchExtra extra) {
+    const char* opName, c10d::OpType type, c10::ArrayRef<at::Tensor> inputs,
+    std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
+    std::vector<at::Tensor> keepAlive, std::function<void()> post, const Enqueue& enqueue,
+    LaunchExtra extra) {
   const c10::Device device = deviceOf(opName, outputs, keepAlive, extra);
   const bool onDev = isAccelerator(device);
   std::shared_ptr<DeviceComm> dc;
@@ -164,12 +172,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     if (r != xcclSuccess) {
       throwDist(std::string("xccl ") + opName + ": " + libError(r, detail.c_str()));
     }
-    seq_.fetch_add(1);
-    if (state_->desync && type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
-        type != c10d::OpType::RECVANYSOURCE) {
-      work->collSeq_ = ++collSeq_;
-      state_->desync->recordIssued(collSeq_, issued);
+    const uint64_t opSeq = seq_.fetch_add(1) + 1;
+    const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV ||
+                     type == c10d::OpType::RECVANYSOURCE;
+    // Every rank of the group numbers the group's collectives alike (point-to-point apart).
+    const uint64_t number = p2p ? ++p2pSeq_ : ++collSeq_;
+    if (state_->desync && !p2p) {
+      work->collSeq_ = number;
+      state_->desync->recordIssued(number, issued);
     }
+    work->flightId_ = FlightRecorder::get().record(
+        {flightGroup_, onDev, p2p, number, opSeq, opName, device, work->timeout_.count(),
+         inputs, work->outputs_});
     if (coalescing_) {
       coalesced_.push_back(work);
       if (onDev && post) coalescedPosts_.push_back(std::move(post));

@@ -21,7 +21,8 @@
 // Files: Utils (knobs, errors, checks, staging, store adapter), Work (WorkXCCL, CommState),
 // ProcessGroupXCCL.cpp (construction, launch, completion thread, coalescing), Collectives,
 // DeviceComms (the xdev communicator, eager init, split), DeviceStreams (xdev streams and
-// events), DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), Bindings (the pybind11 module).
+// events), DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), FlightRecorder and FlightDump (the last N
+// operations, dumped on failure, SIGUSR1 or demand), Bindings (the pybind11 module).
 #pragma once
 
 #include <atomic>
@@ -205,6 +206,8 @@ class WorkXCCL : public c10d::Work {
   int peer_ = -1;
   bool peerIsOutput_ = false;
   uint64_t collSeq_ = 0;  // collective number for the desync report (0: point-to-point)
+  uint64_t flightId_ = 0;  // its flight-recorder entry (0: none)
+  mutable std::atomic<bool> timedOut_{false};  // set by makeError: the recorder's "timed out"
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> futureWanted_{false};
   std::weak_ptr<CompletionQueue> completionQueue_;  // weak: the queue holds the Work
@@ -314,18 +317,21 @@ class ProcessGroupXCCL : public c10d::Backend {
   // Checks nothing about the arguments (the collectives did); picks the communicator from
   // the tensors' device, enqueues, and returns the Work. On xdev: ordered on the
   // communicator's stream after the caller's current stream; `post` is queued on that stream.
+  // `inputs` are the caller's input tensors, as the flight recorder shows them.
   c10::intrusive_ptr<c10d::Work> launch(const char* opName, c10d::OpType type,
+                                        c10::ArrayRef<at::Tensor> inputs,
                                         std::chrono::milliseconds timeout,
                                         std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keepAlive,
                                         std::function<void()> post, const Enqueue& enqueue,
                                         LaunchExtra extra);
   c10::intrusive_ptr<c10d::Work> launch(const char* opName, c10d::OpType type,
+                                        c10::ArrayRef<at::Tensor> inputs,
                                         std::chrono::milliseconds timeout,
                                         std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keepAlive,
                                         std::function<void()> post, const Enqueue& enqueue) {
-    return launch(opName, type, timeout, std::move(outputs), std::move(keepAlive),
+    return launch(opName, type, inputs, timeout, std::move(outputs), std::move(keepAlive),
                   std::move(post), enqueue, LaunchExtra{});
   }
   void finishOnStream(const std::vector<c10::intrusive_ptr<WorkXCCL>>& works,
@@ -353,7 +359,9 @@ class ProcessGroupXCCL : public c10d::Backend {
   uint64_t splitCount_ = 0;
   std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> splits_;  // by group name
   std::atomic<uint64_t> seq_{0};
-  uint64_t collSeq_ = 0;  // collectives only (the desync report's numbering); under enqueueMu
+  uint64_t collSeq_ = 0;  // collectives only (desync report, flight recorder); under enqueueMu
+  uint64_t p2pSeq_ = 0;   // point-to-point ops (flight recorder); under enqueueMu
+  uint32_t flightGroup_ = 0;  // this group in the flight recorder
   uint64_t barrierCount_ = 0;  // for monitoredBarrier store keys
   bool blockingWait_ = false;
   AsyncErrorMode errorMode_ = AsyncErrorMode::kCleanUpOnly;

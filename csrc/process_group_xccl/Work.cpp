@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "FlightDump.hpp"
 #include "ProcessGroupXCCL.hpp"
 #include "Utils.hpp"
 
@@ -104,6 +105,7 @@ bool WorkXCCL::settle(Status st, xcclResult_t r, const std::string& detail) {
 }
 
 std::exception_ptr WorkXCCL::makeError(xcclResult_t r, const std::string& what) const {
+  if (r == xcclTimeout) timedOut_.store(true);
   std::ostringstream os;
   os << "xccl " << opName_ << ": " << what << " (rank " << comm_->rank << ", group '" << comm_->name
      << "', op #" << seq_ << "): " << libError(r, nullptr);
@@ -124,6 +126,8 @@ void WorkXCCL::complete(std::exception_ptr error) {
     }
     keepAlive_.clear();
     post_ = nullptr;
+    // Before done_: a failure's dump is on disk before a waiter can raise.
+    flight::retire(flightId_, error, timedOut_.load());
     // The outcome before done_: a thread that sees done_ (a waiter whose own complete()
     // returned early) must find the error, not a Work that looks successful.
     finish(error);
