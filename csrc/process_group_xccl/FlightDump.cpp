@@ -330,27 +330,40 @@ void autoDump(const std::string& reason, bool askPeers) noexcept {
   }
 }
 
-// Looks for a peer's request in the groups' stores. A thread of its own: a store call can
-// wait behind another thread's long store wait (a rendezvous), and signals must not.
+// Which store to look in this time: the default group's (every rank is a member, and a
+// failing rank posts in all its groups), else the live groups' in turn. One request per
+// second per process, however many groups it has.
+c10::intrusive_ptr<c10d::Store> storeToCheck(size_t turn) {
+  std::vector<c10::intrusive_ptr<c10d::Store>> live;
+  for (const auto& g : FlightRecorder::get().groups()) {
+    auto store = g.store.lock();
+    if (!store) continue;
+    if (g.ranks.empty()) return store;
+    live.push_back(std::move(store));
+  }
+  return live.empty() ? nullptr : live[turn % live.size()];
+}
+
+// Looks for a peer's request. A thread of its own: a store call can wait behind another
+// thread's long store wait (a rendezvous), and signals must not.
 void peerLoop() {
   Triggers& t = triggers();
-  for (;;) {
+  for (size_t turn = 0;; ++turn) {
     {
       std::unique_lock<std::mutex> lk(t.mu);
       t.cv.wait_for(lk, kPeerCheck, [&] { return t.exiting.load(); });
     }
     if (t.exiting.load()) return;
     if (t.autoDumped.load()) continue;
-    for (const auto& g : FlightRecorder::get().groups()) {
-      auto store = g.store.lock();
-      if (!store || t.exiting.load() || t.autoDumped.load()) continue;
-      try {
-        if (store->check({kPeerKey})) {
-          auto v = store->get(kPeerKey);
-          autoDump("asked by a peer: " + std::string(v.begin(), v.end()), false);
-        }
-      } catch (const std::exception&) {
+    auto store = storeToCheck(turn);
+    if (!store) continue;
+    try {
+      if (store->check({kPeerKey})) {
+        auto v = store->get(kPeerKey);
+        autoDump("asked by a peer: " + std::string(v.begin(), v.end()), false);
       }
+    } catch (const std::exception&) {
+      // the store's host is gone: nobody is left to ask
     }
   }
 }

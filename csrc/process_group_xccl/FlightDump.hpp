@@ -7,10 +7,10 @@
 //     per process, before the failed Work reports its error, so the file exists when the
 //     error reaches Python. The process then sets the key "xccl_fr/dump" in each of its
 //     groups' stores and waits (at most 3 s) until every member of those groups has dumped;
-//   - a peer asked for it: every process checks its groups' stores for that key once a
-//     second (a thread of its own). This is how a rank that is behind (busy outside xccl,
-//     so failing nothing) still writes its record. It counts as the once-per-process
-//     automatic dump, as the first item does;
+//   - a peer asked for it: every process looks for that key once a second (a thread of its
+//     own), in its default group's store, else in its groups' stores in turn. This is how a
+//     rank that is behind (busy outside xccl, so failing nothing) still writes its record.
+//     It counts as the once-per-process automatic dump, as the first item does;
 //   - the process receives SIGUSR1 (the handler only writes a byte to a pipe; a thread
 //     reads it and dumps; installed only where SIGUSR1 still has its default action);
 //   - Python asks: torch_xccl.dump_flight_record(path=None).
