@@ -204,3 +204,50 @@ def test_xdev_and_cpu_collectives_of_a_group_share_one_numbering(trace_dir):
         assert [e["device"] for e in coll] == ["cpu", f"xdev:{rank % 2}", "cpu"], coll
         assert all(e["state"] == "completed" for e in coll), coll
         assert coll[1]["input_sizes"] == [[8]]
+
+
+def _entry(seq, state, op="allreduce", p2p=False, t0=1_000_000_000):
+    started = t0 if state != "scheduled" else None
+    ended = t0 + 5_000_000 if state in ("completed", "failed", "timed_out") else None
+    return {"id": seq, "group": "0", "group_rank": 0, "op": op, "is_p2p": p2p,
+            "collective_seq": 0 if p2p else seq, "p2p_seq": seq if p2p else 0, "op_seq": seq,
+            "device": "cpu", "state": state, "input_sizes": [[4]], "input_dtypes": ["float32"],
+            "output_sizes": [[4]], "output_dtypes": ["float32"], "time_enqueued_ns": t0,
+            "time_started_ns": started, "time_ended_ns": ended, "queued_ms": 0.0,
+            "duration_ms": 5.0 if ended else None, "timeout_ms": 600000, "error": None}
+
+
+def _write_dump(d, rank, entries, world=2):
+    d.mkdir(exist_ok=True)
+    dump = {"version": "1.0", "rank": rank, "world_size": world, "pid": 100 + rank,
+            "hostname": "h", "reason": "SIGUSR1", "time_ns": 61_000_000_000,
+            "buffer_size": 2000, "recorded": len(entries),
+            "groups": [{"name": "0", "rank": rank, "size": world, "ranks": list(range(world))}],
+            "entries": entries}
+    (d / f"rank_{rank}.json").write_text(json.dumps(dump))
+
+
+@pytest.mark.timeout(120)
+def test_analyser_verdicts_on_written_dumps(tmp_path):
+    # every rank inside #2 for a minute: stuck in the collective itself; a pending send
+    stuck = tmp_path / "stuck"
+    _write_dump(stuck, 0, [_entry(1, "completed"), _entry(2, "started")])
+    _write_dump(stuck, 1, [_entry(1, "completed"), _entry(2, "started"),
+                           _entry(1, "started", op="send", p2p=True)])
+    status, text, report = analyse(stuck)
+    assert status == 1, text
+    assert "verdict: collective #2 allreduce(float32, [4]) issued by every rank and not " \
+           "completed on ranks 0, 1: stuck inside the collective" in text, text
+    assert "rank 0: in progress for 60.0 s when dumped" in text, text
+    assert "pending point-to-point: rank 1 send (p2p #1)" in text, text
+    # everything completed, one rank ahead: nothing wrong (dumps taken at different moments)
+    skew = tmp_path / "skew"
+    _write_dump(skew, 0, [_entry(1, "completed"), _entry(2, "completed")])
+    _write_dump(skew, 1, [_entry(1, "completed")])
+    status, text, report = analyse(skew)
+    assert status == 0 and "rank 0 issued up to #2, others fewer" in text, text
+    # no dump at all
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    status, text, report = analyse(empty)
+    assert status == 2 and "no flight-recorder dump" in text, text
