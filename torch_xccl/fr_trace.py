@@ -325,7 +325,7 @@ def render(report, where):
         if "last_completed_by_all" in g:
             last = g["last_completed_by_all"]
             op = g.get("last_completed_by_all_op")
-            lines.append(f"  last collective completed by every rank: "
+            lines.append("  last collective completed by every rank: "
                          + (f"#{last}" + (f" {op}" if op else "") if last > 0 else "none"))
         if g.get("first_incomplete") is not None:
             lines.append(f"  first collective not completed: #{g['first_incomplete']} "

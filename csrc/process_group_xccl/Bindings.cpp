@@ -70,7 +70,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   // The flight recorder (FlightDump.hpp): its JSON, and a dump to a file.
   m.def(
-      "_flight_record_json", [](const std::string& reason) { return torch_xccl::flight::json(reason); },
+      "_flight_record_json",
+      [](const std::string& reason) { return torch_xccl::flight::json(reason); },
       py::arg("reason") = "torch_xccl.flight_record()", py::call_guard<py::gil_scoped_release>());
   m.def(
       "_dump_flight_record",
