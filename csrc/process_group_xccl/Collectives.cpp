@@ -21,7 +21,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::broadcast(std::vector<at::Tenso
   size_t n = buf.numel();
   return launch(op, c10d::OpType::BROADCAST, opts.timeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
     return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 namespace {
@@ -59,7 +59,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
     keep.push_back(factor);
   }
   return launch(op, c10d::OpType::ALLREDUCE, opts.timeout, {t}, keep, cb.fn(),
-                [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); });
+                [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
@@ -91,7 +91,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>& tensors,
@@ -114,7 +114,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>&
   return launch(op, c10d::OpType::REDUCE, opts.timeout, {t}, {buf, send}, cb.fn(), [&](const Target& tg) {
     return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, tg.comm,
                       tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
@@ -132,7 +132,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
   auto dt = toXcclType(op, input.scalar_type());
   return launch(op, c10d::OpType::_ALLGATHER_BASE, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
     return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
@@ -154,7 +154,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
   };
   return launch(op, c10d::OpType::ALLGATHER, opts.timeout, outs, {in, flat}, post, [&](const Target& tg) {
     return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
@@ -206,7 +206,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced(
@@ -239,7 +239,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
@@ -275,7 +275,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
   if (flat.defined()) keep.push_back(flat);
   return launch(op, c10d::OpType::GATHER, opts.timeout, outs, keep, post, [&](const Target& tg) {
     return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
@@ -307,7 +307,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
   return launch(op, c10d::OpType::SCATTER, opts.timeout, {out0}, keep, cb.fn(), [&](const Target& tg) {
     return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt, root,
                        tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 namespace {
@@ -339,7 +339,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   auto dt = toXcclType(op, out.scalar_type());
   return launch(op, c10d::OpType::REDUCE_SCATTER, opts.timeout, {out0}, {send, out}, cb.fn(), [&](const Target& tg) {
     return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
@@ -361,7 +361,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
                 cb.fn(), [&](const Target& tg) {
                   return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop,
                                            tg.comm, tg.stream);
-                });
+                }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced(
@@ -397,7 +397,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 namespace {
@@ -461,7 +461,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(at::Tensor& outpu
     }
     return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
                          dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor>& outputs,
@@ -501,7 +501,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
   return launch(op, c10d::OpType::ALLTOALL, opts.timeout, outputs, {flatIn, flatOut}, post, [&](const Target& tg) {
     return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(), flatOut.data_ptr(), rc.data(),
                          rd.data(), dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& tensors, int dstRank,
@@ -579,6 +579,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::barrier(const c10d::BarrierOpti
   } else {
     extra.device = inUse;
   }
+  extra.callerWaits = !opts.asyncOp;
   return launch(
       "barrier", c10d::OpType::BARRIER, opts.timeout, {}, {}, nullptr,
       [&](const Target& tg) { return xcclBarrier(tg.comm, tg.stream); }, extra);
