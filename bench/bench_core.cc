@@ -6,7 +6,12 @@
 // start, it measures single-thread memcpy bandwidth on buffers of the same sizes, the
 // limit a copy-based transport cannot beat. Prints a table and, with --json FILE, JSON.
 //
-//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--json out.json]
+//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller] [--json out.json]
+//
+// Each allreduce is waited for before the next (as a blocking collective): by default it
+// is enqueued for the progress thread and waited with xcclEventRecord + xcclEventWait;
+// --caller runs it on the calling thread instead (stream XCCL_STREAM_CALLER), the way the
+// torch backend runs blocking collectives.
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,7 +64,7 @@ void check(xcclResult_t r, const char* what) {
 
 // Runs inside one rank: returns the time per allreduce for each size (median of rounds).
 std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::vector<size_t>& sizes,
-                            int iters) {
+                            int iters, bool onCaller) {
   xcclComm_t comm;
   check(xcclCommInitRank(&comm, nranks, id, rank), "init");
   std::vector<Result> out;
@@ -80,6 +85,12 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
       auto t0 = Clock::now();
       for (int i = 0; i < n; ++i) {
         // One op at a time, as a training step issues them: latency includes the handoff.
+        if (onCaller) {
+          check(xcclAllReduce(send.data(), recv.data(), count, xcclFloat32, xcclSum, comm,
+                              XCCL_STREAM_CALLER),
+                "allreduce");
+          continue;
+        }
         check(xcclAllReduce(send.data(), recv.data(), count, xcclFloat32, xcclSum, comm, nullptr),
               "allreduce");
         check(xcclEventRecord(&ev, comm), "record");
@@ -104,6 +115,7 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
 
 int main(int argc, char** argv) {
   int nranks = 2, iters = 20;
+  bool onCaller = false;
   const char* json = nullptr;
   std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
@@ -112,6 +124,8 @@ int main(int argc, char** argv) {
       nranks = atoi(argv[++i]);
     else if (a == "--iters" && i + 1 < argc)
       iters = atoi(argv[++i]);
+    else if (a == "--caller")
+      onCaller = true;
     else if (a == "--json" && i + 1 < argc)
       json = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) {
@@ -120,7 +134,7 @@ int main(int argc, char** argv) {
         sizes.push_back(strtoull(tok, nullptr, 0));
       }
     } else {
-      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--json FILE]\n",
+      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--json FILE]\n",
               argv[0]);
       return 2;
     }
@@ -139,7 +153,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < nranks; ++r) {
     pid_t p = fork();
     if (p == 0) {
-      auto res = runRank(r, nranks, id, sizes, iters);
+      auto res = runRank(r, nranks, id, sizes, iters, onCaller);
       if (r == 0) std::copy(res.begin(), res.end(), shared);
       _exit(0);
     }
@@ -156,12 +170,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double factor = 2.0 * (nranks - 1) / nranks;
-  printf("# bench_core: float32 allreduce, %d ranks (processes, shared memory), %ld cores\n",
-         nranks, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("# bench_core: float32 allreduce, %d ranks (processes, shared memory), %ld cores, %s\n",
+         nranks, sysconf(_SC_NPROCESSORS_ONLN),
+         onCaller ? "on the calling thread (XCCL_STREAM_CALLER)" : "enqueued + xcclEventWait");
   printf("%12s %12s %12s %12s %14s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
          "memcpy(GB/s)", "bus/memcpy");
   FILE* jf = json ? fopen(json, "w") : nullptr;
-  if (jf) fprintf(jf, "{\"ranks\": %d, \"results\": [", nranks);
+  if (jf) fprintf(jf, "{\"ranks\": %d, \"caller\": %s, \"results\": [", nranks, onCaller ? "true" : "false");
   for (size_t i = 0; i < sizes.size(); ++i) {
     const Result& r = shared[i];
     double algbw = r.bytes / (r.usPerOp * 1e-6) / 1e9;

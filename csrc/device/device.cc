@@ -116,4 +116,9 @@ void* Device::openShared(const std::string&, int, size_t) {
 
 void Device::closeShared(void*, size_t, bool) {}
 
+const void* Device::importBuffer(const PeerRef&, int, size_t) {
+  throw RemoteError(strCat("a peer sent a peer-read frame, but device ", name(),
+                           " cannot map a peer's buffers"));
+}
+
 }  // namespace xccl

@@ -31,6 +31,13 @@ enum class CopyKind {
   kStagingToDeviceNoReuse,
 };
 
+// Device memory named so that another process of this host can map it: what a peer-read
+// frame carries (algorithms/frame.h). 64 bytes, opaque to the core, built and checked by
+// the device (xdev: an xdevIpcMemHandle_t).
+struct PeerRef {
+  unsigned char bytes[64];
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -67,6 +74,8 @@ class Device {
   // (called exactly once, by the progress thread, when the collective is done or failed):
   // the stream-side end of the operation.
   // The host device has no asynchronous streams: tokens are null and nothing is held.
+  // streamOrdered(): the device orders work on streams (every stream argument is one).
+  virtual bool streamOrdered() const { return false; }
   virtual void* streamCapture(xcclStream_t stream) = 0;
   virtual void streamWait(void* token) = 0;
   virtual void streamRelease(void* token) = 0;
@@ -84,6 +93,17 @@ class Device {
   virtual void* allocShared(size_t /*bytes*/, std::string* /*handle*/) { return nullptr; }
   virtual void* openShared(const std::string& handle, int ownerPid, size_t bytes);
   virtual void closeShared(void* ptr, size_t bytes, bool owner);
+
+  // Single-copy transfers between processes of a host (peer reads, algorithms/exchange.cc):
+  // exportBuffer() names [ptr, ptr + bytes) of device memory for a peer, or returns false
+  // when the device cannot share that memory (then the bytes travel through the transport).
+  // importBuffer() returns the address, here, of the first byte of a buffer that process
+  // ownerPid exported with at least `bytes` bytes; it maps the owner's memory the first time
+  // (later calls are a lookup) and throws RemoteError for a reference it cannot honour.
+  virtual bool exportBuffer(const void* /*ptr*/, size_t /*bytes*/, PeerRef* /*ref*/) {
+    return false;
+  }
+  virtual const void* importBuffer(const PeerRef& ref, int ownerPid, size_t bytes);
 };
 
 // A device by kind ("host", "xdev"; "" = XCCL_DEVICE, default host) and ordinal (< 0: the

@@ -21,7 +21,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::broadcast(std::vector<at::Tenso
   size_t n = buf.numel();
   return launch(op, c10d::OpType::BROADCAST, t, opts.timeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
     return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 namespace {
@@ -59,7 +59,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
     keep.push_back(factor);
   }
   return launch(op, c10d::OpType::ALLREDUCE, t, opts.timeout, {t}, keep, cb.fn(),
-                [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); });
+                [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); },
+                blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
@@ -91,7 +92,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>& tensors,
@@ -114,7 +115,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>&
   return launch(op, c10d::OpType::REDUCE, t, opts.timeout, {t}, {buf, send}, cb.fn(), [&](const Target& tg) {
     return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, tg.comm,
                       tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
@@ -132,7 +133,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
   auto dt = toXcclType(op, input.scalar_type());
   return launch(op, c10d::OpType::_ALLGATHER_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
     return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
@@ -154,7 +155,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
   };
   return launch(op, c10d::OpType::ALLGATHER, in0, opts.timeout, outs, {in, flat}, post, [&](const Target& tg) {
     return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
@@ -206,7 +207,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced(
@@ -239,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
@@ -275,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
   if (flat.defined()) keep.push_back(flat);
   return launch(op, c10d::OpType::GATHER, in0, opts.timeout, outs, keep, post, [&](const Target& tg) {
     return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
@@ -308,7 +309,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
   return launch(op, c10d::OpType::SCATTER, rootInputs, opts.timeout, {out0}, keep, cb.fn(), [&](const Target& tg) {
     return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt, root,
                        tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 namespace {
@@ -340,7 +341,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   auto dt = toXcclType(op, out.scalar_type());
   return launch(op, c10d::OpType::REDUCE_SCATTER, inputs[0], opts.timeout, {out0}, {send, out}, cb.fn(), [&](const Target& tg) {
     return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
@@ -362,7 +363,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
                 cb.fn(), [&](const Target& tg) {
                   return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop,
                                            tg.comm, tg.stream);
-                });
+                }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced(
@@ -398,7 +399,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced
       }
       return xcclSuccess;
     });
-  });
+  }, blockingCall(opts));
 }
 
 namespace {
@@ -462,7 +463,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(at::Tensor& outpu
     }
     return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
                          dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor>& outputs,
@@ -502,7 +503,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
   return launch(op, c10d::OpType::ALLTOALL, inputs, opts.timeout, outputs, {flatIn, flatOut}, post, [&](const Target& tg) {
     return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(), flatOut.data_ptr(), rc.data(),
                          rd.data(), dt, tg.comm, tg.stream);
-  });
+  }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& tensors, int dstRank,
@@ -580,6 +581,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::barrier(const c10d::BarrierOpti
   } else {
     extra.device = inUse;
   }
+  extra.callerWaits = !opts.asyncOp;
   return launch(
       "barrier", c10d::OpType::BARRIER, {}, opts.timeout, {}, {}, nullptr,
       [&](const Target& tg) { return xcclBarrier(tg.comm, tg.stream); }, extra);

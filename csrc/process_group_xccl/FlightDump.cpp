@@ -232,6 +232,9 @@ struct Triggers {
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<bool> exiting{false};
+  // After asking peers to dump: the stores to watch and their group sizes, until exit.
+  std::mutex askedMu;
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Store>, int>> asked;
 };
 
 Triggers& triggers() {
@@ -295,11 +298,31 @@ void installSignal() {
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
+// At exit, a process that asked its peers to dump waits (at most kPeerWait) until every
+// member of its groups has, so that its exit does not take the store (hosted by rank 0's
+// process) away before the others saw the request. Not before raising: the error reaches
+// the caller at once (a rank's detection time is not lengthened by the dump).
+void waitForPeerDumps() {
+  Triggers& t = triggers();
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Store>, int>> asked;
+  {
+    std::lock_guard<std::mutex> g(t.askedMu);
+    asked.swap(t.asked);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kPeerWait;
+  for (auto& [store, size] : asked) {
+    try {
+      while (store->add(kDumpedKey, 0) < size && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    } catch (const std::exception&) {
+    }
+  }
+}
+
 // The automatic dump (failure, timeout, abort, a peer's request), once per process. Every
 // process that makes it counts itself in each group's kDumpedKey; one that failed also sets
-// kPeerKey there, then waits (at most kPeerWait) until every member of its groups has
-// dumped, so that its error, and the process exit that often follows, do not take the store
-// (hosted by rank 0's process) away before the others saw the request.
+// kPeerKey there and, at exit, waits for the others (waitForPeerDumps).
 void autoDump(const std::string& reason, bool askPeers) noexcept {
   Triggers& t = triggers();
   if (!FlightRecorder::get().enabled() || t.autoDumped.exchange(true)) return;
@@ -317,17 +340,14 @@ void autoDump(const std::string& reason, bool askPeers) noexcept {
     }
   }
   if (!askPeers) return;
-  const auto deadline = std::chrono::steady_clock::now() + kPeerWait;
-  for (const auto& g : groups) {
-    auto store = g.store.lock();
-    if (!store) continue;
-    try {
-      while (store->add(kDumpedKey, 0) < g.size && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    } catch (const std::exception&) {
+  {
+    std::lock_guard<std::mutex> g(t.askedMu);
+    for (const auto& grp : groups) {
+      if (auto store = grp.store.lock()) t.asked.emplace_back(std::move(store), grp.size);
     }
   }
+  static std::once_flag atExit;
+  std::call_once(atExit, [] { std::atexit(waitForPeerDumps); });
 }
 
 // Which store to look in this time: the default group's (every rank is a member, and a

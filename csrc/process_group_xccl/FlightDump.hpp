@@ -6,7 +6,7 @@
 //   - an operation of this process fails or times out, or a group is aborted: at most once
 //     per process, before the failed Work reports its error, so the file exists when the
 //     error reaches Python. The process then sets the key "xccl_fr/dump" in each of its
-//     groups' stores and waits (at most 3 s) until every member of those groups has dumped;
+//     groups' stores and, at exit, waits (at most 3 s) until every member has dumped;
 //   - a peer asked for it: every process looks for that key once a second (a thread of its
 //     own), in its default group's store, else in its groups' stores in turn. This is how a
 //     rank that is behind (busy outside xccl, so failing nothing) still writes its record.

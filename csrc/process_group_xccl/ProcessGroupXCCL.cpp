@@ -25,7 +25,8 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
       options_(std::move(options)),
       state_(std::make_shared<CommState>()),
       blockingWait_(blockingWaitFromEnv()),
-      errorMode_(errorModeFromEnv()) {
+      errorMode_(errorModeFromEnv()),
+      runOnCaller_(envInt("TORCH_XCCL_RUN_ON_CALLER", 1) != 0) {
   TORCH_CHECK(store_, "xccl init: no store");
   TORCH_CHECK(size > 0 && rank >= 0 && rank < size, "xccl init: invalid rank ", rank,
               " for group size ", size);
@@ -135,6 +136,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
   }
   // A barrier, and a receive whose source the caller asks for, block the host in wait().
   const bool hostBlocking = type == c10d::OpType::BARRIER || type == c10d::OpType::RECVANYSOURCE;
+  // A blocking collective on the host communicator runs on this thread (XCCL_STREAM_CALLER):
+  // torch waits for it at once anyway, and the hand-off to libxccl's progress thread and
+  // back was most of a small collective's time. The Work is complete when launch returns.
+  const bool onCaller = extra.callerWaits && runOnCaller_ && !onDev && !coalescing_ &&
+                        !state_->desync;
   auto work = c10::make_intrusive<WorkXCCL>(
       getRank(), type, opName, seq_.load() + 1, std::move(outputs), std::move(keepAlive),
       onDev ? nullptr : std::move(post), opTimeout(timeout), dc->state, blockingWait_, errorMode_,
@@ -143,6 +149,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
     *extra.peerSlot = work->peerSlot();
     work->setPeerIsOutput(true);
   }
+  std::optional<std::pair<std::exception_ptr, std::string>> failedOnCaller;
   {
     std::lock_guard<std::mutex> g(dc->state->enqueueMu);
     Target target;
@@ -152,6 +159,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
       dc->ready->block(*dc->stream);
       target.stream = nativeStream(*dc->stream);
     }
+    if (onCaller) target.stream = XCCL_STREAM_CALLER;
+    // Number and record the operation (every rank of the group numbers the group's
+    // collectives alike, point-to-point apart): once libxccl accepted it, or, on the caller,
+    // before it runs, since it is done when enqueue returns (a refusal takes it back).
+    const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV ||
+                     type == c10d::OpType::RECVANYSOURCE;
+    auto numberAndRecord = [&] {
+      const uint64_t opSeq = seq_.fetch_add(1) + 1;
+      const uint64_t number = p2p ? ++p2pSeq_ : ++collSeq_;
+      if (state_->desync && !p2p) {
+        work->collSeq_ = number;
+        state_->desync->recordIssued(number, issued);
+      }
+      work->flightId_ = FlightRecorder::get().record(
+          {flightGroup_, onDev, p2p, number, opSeq, opName, device, work->timeout_.count(),
+           inputs, work->outputs_});
+    };
+    auto takeBack = [&](const std::string& why) {
+      seq_.fetch_sub(1);
+      --(p2p ? p2pSeq_ : collSeq_);
+      FlightRecorder::get().retire(work->flightId_, distError(why), false);
+    };
+    if (onCaller) numberAndRecord();
     xcclResult_t r = xcclSuccess;
     std::string detail;
     xcclEvent_t ev{};
@@ -163,34 +193,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
         if (detail.empty()) detail = xcclGetLastError(c);
         return;
       }
-      if (!coalescing_) {
+      if (!coalescing_ && !onCaller) {
         r = xcclEventRecord(&ev, c);
         if (r != xcclSuccess) detail = xcclGetLastError(nullptr);
       }
     });
-    if (!open) throwDist(std::string("xccl ") + opName + ": " + dc->state->reason());
-    if (r != xcclSuccess) {
-      throwDist(std::string("xccl ") + opName + ": " + libError(r, detail.c_str()));
+    if (!open) {
+      const std::string why = std::string("xccl ") + opName + ": " + dc->state->reason();
+      if (onCaller) takeBack(why);
+      throwDist(why);
     }
-    const uint64_t opSeq = seq_.fetch_add(1) + 1;
-    const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV ||
-                     type == c10d::OpType::RECVANYSOURCE;
-    // Every rank of the group numbers the group's collectives alike (point-to-point apart).
-    const uint64_t number = p2p ? ++p2pSeq_ : ++collSeq_;
-    if (state_->desync && !p2p) {
-      work->collSeq_ = number;
-      state_->desync->recordIssued(number, issued);
+    if (onCaller && r != xcclSuccess && r != xcclInvalidArgument && r != xcclInvalidUsage) {
+      // The operation ran and failed: as when the completion thread finds a failed Work, the
+      // Work carries the error (torch's wait() raises it) and the group's error handling runs
+      // (below, outside the communicator's locks).
+      auto err = work->makeError(r, "operation failed: " + detail);
+      work->complete(err);
+      failedOnCaller = std::make_pair(err, detail);
+    } else if (r != xcclSuccess) {
+      const std::string why = std::string("xccl ") + opName + ": " + libError(r, detail.c_str());
+      if (onCaller) takeBack(why);
+      throwDist(why);
+    } else if (onCaller) {
+      work->complete(nullptr);  // the copy-backs, then done
     }
-    work->flightId_ = FlightRecorder::get().record(
-        {flightGroup_, onDev, p2p, number, opSeq, opName, device, work->timeout_.count(),
-         inputs, work->outputs_});
-    if (coalescing_) {
-      coalesced_.push_back(work);
-      if (onDev && post) coalescedPosts_.push_back(std::move(post));
-      return work;
+    if (!onCaller) {
+      numberAndRecord();
+      if (coalescing_) {
+        coalesced_.push_back(work);
+        if (onDev && post) coalescedPosts_.push_back(std::move(post));
+        return work;
+      }
+      work->setEvent(ev);
+      if (onDev) finishOnStream({work}, *dc->stream, post);
     }
-    work->setEvent(ev);
-    if (onDev) finishOnStream({work}, *dc->stream, post);
+  }
+  if (onCaller) {
+    if (failedOnCaller) handleAsyncError(*work, failedOnCaller->first, failedOnCaller->second);
+    return work;
   }
   enqueueForCompletion({work});
   return work;

@@ -92,6 +92,7 @@ struct CommState {
   xcclComm_t comm = nullptr;
   std::shared_mutex rw;
   std::atomic<bool> closing{false};
+  std::mutex closeMu;  // one close() at a time (it reads comm outside the lock to interrupt)
   std::mutex enqueueMu;  // enqueue + event record happen in one order for all threads
   std::mutex errMu;
   std::string closedReason;  // why comm is gone (guarded by errMu)
@@ -313,7 +314,15 @@ class ProcessGroupXCCL : public c10d::Backend {
   struct LaunchExtra {
     std::optional<c10::Device> device;
     int** peerSlot = nullptr;
+    // torch waits for this op at once (its options' asyncOp is false: a blocking call).
+    bool callerWaits = false;
   };
+  template <typename Opts>
+  static LaunchExtra blockingCall(const Opts& opts) {
+    LaunchExtra e;
+    e.callerWaits = !opts.asyncOp;
+    return e;
+  }
   // Checks nothing about the arguments (the collectives did); picks the communicator from
   // the tensors' device, enqueues, and returns the Work. On xdev: ordered on the
   // communicator's stream after the caller's current stream; `post` is queued on that stream.
@@ -365,6 +374,8 @@ class ProcessGroupXCCL : public c10d::Backend {
   uint64_t barrierCount_ = 0;  // for monitoredBarrier store keys
   bool blockingWait_ = false;
   AsyncErrorMode errorMode_ = AsyncErrorMode::kCleanUpOnly;
+  // TORCH_XCCL_RUN_ON_CALLER: blocking host collectives run on the calling thread.
+  bool runOnCaller_ = true;
 
   // coalescing (startCoalescing .. endCoalescing): works wait for the group's single event
   bool coalescing_ = false;

@@ -16,7 +16,12 @@ void CommState::close(const std::string& why, bool destroy) {
     std::lock_guard<std::mutex> g(errMu);
     if (closedReason.empty()) closedReason = why;
   }
+  std::lock_guard<std::mutex> one(closeMu);
   closing.store(true);
+  // An abort must not wait for an operation a caller runs on its own thread under the shared
+  // lock (a blocking collective, XCCL_STREAM_CALLER): interrupt it first. Only close() frees
+  // the handle, and closeMu serialises it, so reading it here is safe. A destroy drains.
+  if (!destroy && comm != nullptr) xcclCommInterrupt(comm);
   std::unique_lock<std::shared_mutex> lk(rw);
   if (comm == nullptr) return;
   xcclComm_t c = comm;

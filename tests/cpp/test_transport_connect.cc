@@ -21,6 +21,7 @@
 #include "common/auth.h"
 #include "common/error.h"
 #include "collectives/transport/tcp/connection.h"
+#include "collectives/transport/tcp/handshake.h"
 #include "collectives/transport/tcp/socket.h"
 #include "device/device.h"
 #include "test_util.h"
@@ -316,7 +317,8 @@ int rawConnect(const std::string& addr) {
 // The handshake of tcp/connection.h (version 3): hello with the connector's nonce, the
 // acceptor's challenge (its nonce and proof), the connector's proof, the reply.
 std::string tcpHello(int from, int to, const std::string& nonce, uint32_t index = 0,
-                     uint32_t nsocks = 1, uint32_t chunk = 1 << 17, uint32_t version = 3) {
+                     uint32_t nsocks = 1, uint32_t chunk = 1 << 17,
+                     uint32_t version = xccl::tcp::kHandshakeVersion) {
   std::string h = "XCTH";
   xccl::net::putU32(h, version);
   xccl::net::putU32(h, from);
@@ -403,6 +405,7 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
         {"garbage", std::string(300, 'G'), ""},
         {"truncated", tcpHello(0, 1, n).substr(0, 10), ""},
         {"version 2", tcpHello(0, 1, n, 0, 1, 1 << 17, 2), ""},
+        {"version 3 (no heartbeat socket)", tcpHello(0, 1, n, 0, 1, 1 << 17, 3), ""},
         {"socket 5 of 2", tcpHello(0, 1, n, 5, 2), tcpReply(2, 1)},
         {"chunk 1000", tcpHello(0, 1, n, 0, 2, 1000), tcpReply(2, 1)},
     };

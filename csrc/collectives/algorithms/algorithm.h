@@ -22,6 +22,10 @@ struct Algorithm {
   CollType type;
   bool (*supports)(const CollArgs& args, const Exchange& ex);
   void (*run)(Exchange& ex, const CollArgs& args);
+  // Every rank receives at least one message from its ring predecessor (Exchange::ringPrev)
+  // whenever count > 0: the frame headers then compare the two calls, and the desync check
+  // frame (Exchange::postCheck) would only repeat it, one frame per operation.
+  bool hearsRingPrev = false;
 };
 
 const std::vector<Algorithm>& allAlgorithms();

@@ -60,8 +60,9 @@ bool always(const CollArgs&, const Exchange&) { return true; }
 }  // namespace
 
 std::vector<Algorithm> allgatherAlgorithms() {
-  return {{"ring", CollType::kAllGather, always, ringRun},
-          {"direct", CollType::kAllGather, always, directRun}};
+  // Both receive from prev (ring: n-1 blocks; direct: every rank's block) when count > 0.
+  return {{"ring", CollType::kAllGather, always, ringRun, /*hearsRingPrev=*/true},
+          {"direct", CollType::kAllGather, always, directRun, /*hearsRingPrev=*/true}};
 }
 
 }  // namespace algo

@@ -259,10 +259,13 @@ bool directSupports(const CollArgs& args, const Exchange& ex) {
 }  // namespace
 
 std::vector<Algorithm> allreduceAlgorithms() {
-  return {{"ring", CollType::kAllReduce, ringSupports, ringRun},
+  // ring: the reduce-scatter receives every block but one from prev, the allgather every
+  // block but another, so some message comes from prev whenever count > 0; direct: every
+  // rank receives from every other.
+  return {{"ring", CollType::kAllReduce, ringSupports, ringRun, /*hearsRingPrev=*/true},
           {"hierarchical", CollType::kAllReduce, hierarchicalSupports, hierarchicalRun},
           {"twolevel", CollType::kAllReduce, twolevelSupports, twolevelRun},
-          {"direct", CollType::kAllReduce, directSupports, directRun}};
+          {"direct", CollType::kAllReduce, directSupports, directRun, /*hearsRingPrev=*/true}};
 }
 
 }  // namespace algo

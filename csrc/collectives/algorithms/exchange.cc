@@ -11,6 +11,9 @@
 // directions keep flowing; a message completes in the visit that moves its last byte.
 #include "exchange.h"
 
+#include "exchange_msg.h"
+#include "frame.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -23,150 +26,13 @@ namespace xccl {
 
 XCCL_PARAM(SliceBytes, "SLICE_BYTES", 128 << 10)
 XCCL_PARAM(AliveCheckUs, "ALIVE_CHECK_US", 1000)
-
-constexpr uint32_t kMagic = 0x58434c32;  // "XCL2": the 64-byte header with the caller's call
-constexpr size_t kAlign = 64;
-constexpr uint16_t kFlagP2P = 1;
-constexpr uint16_t kFlagAbort = 2;      // payload: the sender's error text
-constexpr size_t kMaxAbortText = 960;  // an abort frame is at most 1 KiB
-
-struct FrameHeader {
-  uint32_t magic;
-  uint16_t type;  // CollType of the sender's call
-  uint16_t flags;
-  uint64_t seq;    // collective sequence number, or per-peer point-to-point counter
-  uint64_t bytes;  // payload bytes of this message
-  uint64_t count;  // the sender's call: element count (normalised, see OpSignature)
-  int32_t root;    // ... root (-1: none)
-  int16_t dtype;   // ... xcclDataType_t (-1: none)
-  int16_t op;      // ... xcclRedOp_t (-1: not a reduction)
-  uint64_t reserved[2];
-  uint64_t check;
-};
-static_assert(sizeof(FrameHeader) == kAlign, "header is one alignment unit");
-
-namespace {
-
-uint64_t headerCheck(const FrameHeader& h) {
-  uint64_t x =
-      (static_cast<uint64_t>(h.magic) << 32) ^ (static_cast<uint64_t>(h.type) << 16) ^ h.flags;
-  x ^= h.seq * 0x9e3779b97f4a7c15ULL;
-  x ^= h.bytes * 0xc2b2ae3d27d4eb4fULL;
-  x ^= h.count * 0x165667b19e3779f9ULL;
-  x ^= (static_cast<uint64_t>(static_cast<uint32_t>(h.root)) << 32 |
-        static_cast<uint64_t>(static_cast<uint16_t>(h.dtype)) << 16 |
-        static_cast<uint16_t>(h.op)) *
-       0x27d4eb2f165667c5ULL;
-  return x ^ (x >> 29);
-}
-
-size_t padOf(size_t bytes) { return (kAlign - bytes % kAlign) % kAlign; }
-
-FrameHeader makeHeader(const OpSignature& sig, uint16_t flags, uint64_t seq, uint64_t bytes) {
-  FrameHeader h{};
-  h.magic = kMagic;
-  h.type = static_cast<uint16_t>(sig.type);
-  h.flags = flags;
-  h.seq = seq;
-  h.bytes = bytes;
-  h.count = sig.count;
-  h.root = sig.root;
-  h.dtype = static_cast<int16_t>(sig.dtype);
-  h.op = static_cast<int16_t>(sig.op);
-  h.check = headerCheck(h);
-  return h;
-}
-
-OpSignature signatureOfHeader(const FrameHeader& h) {
-  OpSignature sig;
-  sig.type = static_cast<CollType>(h.type);
-  sig.dtype = h.dtype;
-  sig.op = h.op;
-  sig.root = h.root;
-  sig.count = h.count;
-  return sig;
-}
-
-}  // namespace
-
-OpSignature signatureOf(const CollArgs& args) {
-  OpSignature sig;
-  sig.type = args.type;
-  if (args.type != CollType::kBarrier) sig.dtype = static_cast<int>(args.dtype);
-  if (isReduction(args.type)) sig.op = static_cast<int>(args.op);
-  if (hasRoot(args.type)) sig.root = args.root;
-  if (args.type != CollType::kAllToAllv && args.type != CollType::kBarrier) sig.count = args.count;
-  return sig;
-}
-
-std::string describeCall(const OpSignature& sig) {
-  std::string s = strCat(collName(sig.type), "(");
-  if (sig.type == CollType::kBarrier) return s + ")";
-  const bool knownType = sig.dtype >= 0 && sig.dtype < xcclNumTypes;
-  s += knownType ? xcclTypeName(static_cast<xcclDataType_t>(sig.dtype))
-                 : strCat("dtype ", sig.dtype);
-  if (sig.type != CollType::kAllToAllv) s += strCat(", ", sig.count);
-  if (sig.op >= 0 && sig.op < xcclNumOps) s += strCat(", ", xcclOpName(static_cast<xcclRedOp_t>(sig.op)));
-  if (sig.op >= xcclNumOps) s += strCat(", op ", sig.op);
-  if (sig.root >= 0) s += strCat(", root ", sig.root);
-  return s + ")";
-}
-
-const char* collName(CollType type) {
-  switch (type) {
-    case CollType::kAllReduce:
-      return "allreduce";
-    case CollType::kBroadcast:
-      return "broadcast";
-    case CollType::kReduce:
-      return "reduce";
-    case CollType::kAllGather:
-      return "allgather";
-    case CollType::kReduceScatter:
-      return "reducescatter";
-    case CollType::kAllToAll:
-      return "alltoall";
-    case CollType::kAllToAllv:
-      return "alltoallv";
-    case CollType::kGather:
-      return "gather";
-    case CollType::kScatter:
-      return "scatter";
-    case CollType::kSend:
-      return "send";
-    case CollType::kRecv:
-      return "recv";
-    case CollType::kRecvAny:
-      return "recvany";
-    case CollType::kBarrier:
-      return "barrier";
-  }
-  return "unknown";
-}
-
-enum class MsgKind { kSend, kRecv, kRecvReduce };
-enum class Phase { kHeader, kPayload, kPad };
-
-struct PendingMsg {
-  MsgKind kind;
-  int peer;
-  bool p2p;
-  const char* src = nullptr;    // send: device source
-  char* dst = nullptr;          // recv: device destination
-  const char* local = nullptr;  // recvReduce: local operand
-  size_t bytes = 0;
-  size_t done = 0;  // payload bytes moved
-  size_t padLeft = 0;
-  Phase phase = Phase::kHeader;
-  xcclDataType_t dtype = xcclUint8;
-  xcclRedOp_t op = xcclSum;
-  size_t esize = 1;
-  uint64_t seq = 0;
-  OpSignature sig;  // the call this message belongs to (per message for point-to-point)
-  int* anyPeerOut = nullptr;
-  MsgRef after;            // sendForward: may send only what this receive has landed
-  bool forwarded = false;  // a sendForward reads this receive's dst again
-};
+// Longest a waiting engine polls before it sleeps on its doorbell (µs); the spin adapts
+// below it. 0 sleeps at once.
+XCCL_PARAM(SpinUs, "SPIN_US", 50)
+// Peer reads (single copy between the processes of a host, where the device can share its
+// memory): 0 turns them off; messages of at least PEER_READ_MIN bytes use them.
+XCCL_PARAM(PeerRead, "PEER_READ", 1)
+XCCL_PARAM(PeerReadMin, "PEER_READ_MIN", 64 << 10)
 
 Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*> conns,
                    std::vector<int> ringOrder, const std::atomic<bool>& abortFlag)
@@ -189,6 +55,15 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
   XCCL_CHECK(slice >= 64 && slice % 64 == 0, "XCCL_SLICE_BYTES=", slice,
              " must be a positive multiple of 64");
   sliceBytes_ = static_cast<size_t>(slice);
+  peerReadOn_ = xcclParamPeerRead() != 0;
+  const int64_t readMin = xcclParamPeerReadMin();
+  XCCL_CHECK(readMin >= 1, "XCCL_PEER_READ_MIN=", readMin, " must be at least 1");
+  peerReadMin_ = static_cast<size_t>(readMin);
+  peerReadsPosted_.assign(nranks, 0);
+  peerReadLogged_.assign(nranks, 0);
+  spinMaxUs_ = xcclParamSpinUs();
+  XCCL_CHECK(spinMaxUs_ >= 0, "XCCL_SPIN_US=", spinMaxUs_, " must be >= 0");
+  spinUs_ = spinMaxUs_;
   setHosts({ring_});
 }
 
@@ -302,10 +177,58 @@ void Exchange::recvAny(void* dst, size_t bytes, int* peerOut) {
   ++pending_;
 }
 
+bool Exchange::viaPeerRead(int peer, PendingMsg& m) {
+  if (m.peerRead < 0) {
+    const bool could = peerReadOn_ && m.bytes >= peerReadMin_ && conns_[peer]->peerReads();
+    m.peerRead = could && device_.exportBuffer(m.src, m.bytes, &m.ref);
+    if (could && m.peerRead == 0 && firstTime("peer-read-declined")) {
+      XCCL_INFO(SHM, "rank ", rank_, ": messages of ", peerReadMin_, " bytes or more to ranks of ",
+                "this host go through the rings (two copies): device ", device_.name(),
+                " cannot share this memory (single copy needs device memory a peer can map, "
+                "e.g. xdev)");
+    }
+  }
+  return m.peerRead == 1;
+}
+
+// A peer-read send: its header and the reference to its buffer go in the stream (each a
+// 64-byte piece, so neither needs contiguous room across the ring's end), then it waits
+// until the peer has read the buffer. A forward sends only once its source has landed
+// whole: the peer may read any byte of it.
+bool Exchange::progressPeerReadSend(int peer, PendingMsg& m) {
+  Connection* c = conns_[peer];
+  void* win = nullptr;
+  bool moved = false;
+  if (m.phase == Phase::kHeader) {
+    if (m.after && m.after->done < m.bytes) return false;
+    if (c->reserveSend(&win, sizeof(FrameHeader)) < sizeof(FrameHeader)) return false;
+    FrameHeader h = makeHeader(m.sig, (m.p2p ? kFlagP2P : 0) | kFlagPeerRead, m.seq, m.bytes);
+    std::memcpy(win, &h, sizeof(h));
+    c->commitSend(sizeof(h));
+    m.phase = Phase::kRef;
+    moved = true;
+  }
+  if (m.phase == Phase::kRef) {
+    if (c->reserveSend(&win, sizeof(PeerRef)) < sizeof(PeerRef)) return moved;
+    std::memcpy(win, &m.ref, sizeof(PeerRef));
+    c->commitSend(sizeof(PeerRef));
+    m.readSeq = ++peerReadsPosted_[peer];
+    m.phase = Phase::kAwaitRead;
+    moved = true;
+  }
+  if (c->peerReadsDone() < m.readSeq) return moved;
+  sends_[peer].pop_front();
+  --pending_;
+  return true;
+}
+
 bool Exchange::progressSend(int peer) {
   auto& q = sends_[peer];
   if (q.empty()) return false;
   PendingMsg& m = *q.front();
+  if (m.phase == Phase::kHeader ? viaPeerRead(peer, m) : m.peerRead == 1) {
+    return progressPeerReadSend(peer, m);
+  }
   Connection* c = conns_[peer];
   void* win = nullptr;
   bool moved = false;
@@ -348,49 +271,6 @@ bool Exchange::progressSend(int peer) {
   return true;
 }
 
-// Reads the 64-byte header of the next message from `peer` into h.
-// Returns false when it has not fully arrived yet.
-static bool peekHeader(Connection* c, FrameHeader* h) {
-  const void* win = nullptr;
-  if (c->peekRecv(&win) < sizeof(FrameHeader)) return false;
-  std::memcpy(h, win, sizeof(*h));
-  return true;
-}
-
-// Fails the operation unless the header `h` from `peer` is the one message `m` expects.
-void Exchange::checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) const {
-  if (h.magic != kMagic || h.check != headerCheck(h)) {
-    throw RemoteError(strCat("rank ", rank_, ": malformed frame from rank ", peer, " during ",
-                             collName(sig_.type), " (bad magic or checksum)"));
-  }
-  const bool p2p = (h.flags & kFlagP2P) != 0;
-  const OpSignature theirs = signatureOfHeader(h);
-  if (p2p != m.p2p || h.seq != m.seq || (!p2p && theirs != m.sig)) {
-    auto side = [](int r, const OpSignature& sig, bool isP2P, uint64_t seq) {
-      return strCat("rank ", r, " called ", describeCall(sig),
-                    isP2P ? strCat(" (point-to-point #", seq, ")") : strCat(" (collective #", seq, ")"));
-    };
-    throw RemoteError(strCat(
-        "rank ", rank_, ": collective mismatch: ", side(rank_, m.sig, m.p2p, m.seq), ", ",
-        side(peer, theirs, p2p, h.seq),
-        ". The ranks of a group must issue the same collectives in the same order with the same "
-        "dtype, element count, reduction op and root"));
-  }
-  if (p2p && !isPointToPoint(theirs.type)) {
-    throw RemoteError(strCat("rank ", rank_, ": malformed point-to-point frame from rank ", peer));
-  }
-  if (p2p && theirs.dtype != m.sig.dtype) {
-    throw RemoteError(strCat("rank ", rank_, ": point-to-point #", m.seq, " with rank ", peer,
-                             ": this rank called ", describeCall(m.sig), ", rank ", peer, " called ",
-                             describeCall(theirs), " (the dtypes differ)"));
-  }
-  if (h.bytes != m.bytes) {
-    throw RemoteError(strCat("rank ", rank_, ": size mismatch in ", describeCall(m.sig), " #", m.seq,
-                             ": expected ", m.bytes, " bytes from rank ", peer, ", it sent ",
-                             h.bytes, " (", describeCall(theirs), ")"));
-  }
-}
-
 bool Exchange::progressRecv(int peer) {
   auto& q = recvs_[peer];
   if (q.empty()) return false;
@@ -401,7 +281,7 @@ bool Exchange::progressRecv(int peer) {
   if (m.phase == Phase::kHeader) {
     FrameHeader h;
     if (!peekHeader(c, &h)) return false;
-    if (h.magic == kMagic && h.check == headerCheck(h) && (h.flags & kFlagAbort)) {
+    if (h.magic == kFrameMagic && h.check == headerCheck(h) && (h.flags & kFlagAbort)) {
       std::string why = abortReason(peer);
       if (why.empty()) return false;  // its text is still arriving
       preferMismatch();
@@ -409,8 +289,43 @@ bool Exchange::progressRecv(int peer) {
     }
     checkHeader(peer, m, h);
     c->consumeRecv(sizeof(h));
-    m.phase = Phase::kPayload;
+    m.phase = (h.flags & kFlagPeerRead) ? Phase::kRef : Phase::kPayload;
     moved = true;
+  }
+  if (m.phase == Phase::kRef) {
+    // The reference to the sender's buffer follows its header.
+    if (c->peekRecv(&win) < sizeof(PeerRef)) return moved;
+    PeerRef ref;
+    std::memcpy(&ref, win, sizeof(ref));
+    c->consumeRecv(sizeof(ref));
+    m.peerSrc = static_cast<const char*>(device_.importBuffer(ref, c->peerPid(), m.bytes));
+    m.phase = Phase::kPayload;
+    if (!peerReadLogged_[peer]) {
+      peerReadLogged_[peer] = 1;
+      XCCL_INFO(SHM, "rank ", rank_, " <- ", peer, ": single copy: reading rank ", peer,
+                "'s buffers in place (peer reads of messages of XCCL_PEER_READ_MIN=",
+                peerReadMin_, " bytes or more)");
+    }
+    return true;  // one piece per visit
+  }
+  if (m.phase == Phase::kPayload && m.peerSrc != nullptr) {
+    // One pass straight out of the sender's buffer, a slice per visit.
+    if (moved) return true;
+    const size_t n = std::min(m.bytes - m.done, sliceBytes_);
+    if (m.kind == MsgKind::kRecvReduce) {
+      device_.reduce(m.dst + m.done, m.local + m.done, m.peerSrc + m.done, n / m.esize, m.dtype,
+                     m.op);
+    } else {
+      device_.copy(m.dst + m.done, m.peerSrc + m.done, n,
+                   streamingStores_ && !m.forwarded ? CopyKind::kStagingToDeviceNoReuse
+                                                    : CopyKind::kDeviceToDevice);
+    }
+    m.done += n;
+    if (m.done < m.bytes) return true;
+    c->peerReadDone();
+    q.pop_front();
+    --pending_;
+    return true;
   }
   if (m.phase == Phase::kPayload && m.done < m.bytes) {
     if (moved) return true;  // one piece per visit
@@ -444,43 +359,6 @@ bool Exchange::progressRecv(int peer) {
   return true;
 }
 
-// The text of the abort frame at the head of `peer`'s stream; empty when there is none or
-// it has not fully arrived.
-std::string Exchange::abortReason(int peer) {
-  Connection* c = conns_[peer];
-  const void* win = nullptr;
-  size_t avail = c->peekRecv(&win);
-  if (avail < sizeof(FrameHeader)) return "";
-  FrameHeader h;
-  std::memcpy(&h, win, sizeof(h));
-  if (h.magic != kMagic || h.check != headerCheck(h) || !(h.flags & kFlagAbort)) return "";
-  if (h.bytes > kMaxAbortText || avail < sizeof(h) + h.bytes) return "";
-  std::string text(static_cast<const char*>(win) + sizeof(h), h.bytes);
-  return text.empty() ? std::string("(no reason given)") : text;
-}
-
-// Best effort, never blocks: an abort frame goes to every peer whose outgoing stream is at a
-// frame boundary and has room for the whole frame in one window.
-void Exchange::sendAbortFrames(const std::string& why) {
-  const std::string text = why.substr(0, kMaxAbortText);
-  const size_t frame = sizeof(FrameHeader) + text.size() + padOf(text.size());
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || conns_[p] == nullptr) continue;
-    if (!sends_[p].empty() && sends_[p].front()->phase != Phase::kHeader) continue;  // mid-frame
-    try {
-      void* win = nullptr;
-      if (conns_[p]->reserveSend(&win, frame) < frame) continue;
-      FrameHeader h = makeHeader(sig_, kFlagAbort, collSeq_, text.size());
-      std::memcpy(win, &h, sizeof(h));
-      std::memcpy(static_cast<char*>(win) + sizeof(h), text.data(), text.size());
-      std::memset(static_cast<char*>(win) + sizeof(h) + text.size(), 0, padOf(text.size()));
-      conns_[p]->commitSend(frame);
-    } catch (const std::exception&) {
-      // the connection is broken: the peer learns of our failure from its closure
-    }
-  }
-}
-
 // A recv-any takes the first peer whose next frame is a point-to-point message; frames
 // of collectives belong to later operations and stay where they are. Once matched it
 // becomes an ordinary receive from that peer.
@@ -491,7 +369,7 @@ bool Exchange::progressRecvAny() {
     if (peer == rank_ || !recvs_[peer].empty()) continue;
     FrameHeader h;
     if (!peekHeader(conns_[peer], &h)) continue;
-    if (h.magic != kMagic || h.check != headerCheck(h) || !(h.flags & kFlagP2P)) continue;
+    if (h.magic != kFrameMagic || h.check != headerCheck(h) || !(h.flags & kFlagP2P)) continue;
     anyStart_ = peer + 1;
     recvAny_->peer = peer;
     recvAny_->seq = p2pRecvd_[peer]++;
@@ -506,112 +384,63 @@ bool Exchange::posted(int peer) const {
   return !sends_[peer].empty() || !recvs_[peer].empty() || (recvAny_ && recvs_[peer].empty());
 }
 
-// Only peers this rank is waiting on. A peer that left is a failure only if we still need
-// something from it once everything it sent before leaving has been read: a peer that
-// finished the operation and destroyed its communicator has consumed every byte it needed
-// from us and sent every byte we need from it. A dead peer we are not waiting on is noticed
-// by whoever waits on it, whose failure closes its connections and so reaches us.
-void Exchange::checkPeers() {
+bool Exchange::progressAll(bool* busy) {
+  bool progressed = progressRecvAny();
+  *busy = pending_ > 0;
   for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || !conns_[p] || !posted(p)) continue;
-    std::string why = conns_[p]->peerGone();
-    if (why.empty()) continue;
-    // Drain: the transport moves what is left (TCP reads to EOF), the engine consumes it.
-    bool moved = true;
-    while (moved && posted(p)) {
-      moved = conns_[p]->progress();
-      moved |= progressRecvAny();
-      moved |= progressRecv(p);
-      // Sends complete only if they need no more room than the ring has: the peer reads
-      // nothing more, so a send still needing bytes written is a send it never took.
-      if (!sends_[p].empty() && sends_[p].front()->done == sends_[p].front()->bytes &&
-          sends_[p].front()->phase != Phase::kHeader) {
-        moved |= progressSend(p);
-      }
+    if (p == rank_) continue;
+    Connection* c = conns_[p];
+    const bool posted = !sends_[p].empty() || !recvs_[p].empty() || (recvAny_ != nullptr);
+    if (!posted) {
+      if (!mayHoldBytes_[p]) continue;
+      mayHoldBytes_[p] = c->sendPending();
+      if (!mayHoldBytes_[p]) continue;
     }
-    if (posted(p)) failPeerGone(p, why);
+    *busy = true;
+    progressed |= c->progress();
+    progressed |= progressSend(p);
+    progressed |= progressRecv(p);
   }
+  return progressed;
 }
 
-// Before blaming another rank's failure: when the ring predecessor's check frame is already
-// here and names a different call, that disagreement is the root cause; report it instead.
-void Exchange::preferMismatch() {
-  if (nranks_ < 2) return;
-  const int prev = ringPrev();
-  if (conns_[prev] == nullptr || recvs_[prev].empty()) return;
-  const PendingMsg& m = *recvs_[prev].front();
-  if (m.p2p || m.phase != Phase::kHeader) return;
-  FrameHeader h;
-  if (!peekHeader(conns_[prev], &h)) return;
-  if (h.magic != kMagic || h.check != headerCheck(h) || (h.flags & kFlagAbort)) return;
-  checkHeader(prev, m, h);  // throws the mismatch, if there is one
-}
-
-void Exchange::failPeerGone(int peer, const std::string& why) {
-  preferMismatch();
-  std::string reason = abortReason(peer);
-  if (!reason.empty()) throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", reason));
-  std::string what;
-  if (!sends_[peer].empty()) {
-    const PendingMsg& m = *sends_[peer].front();
-    what = m.bytes == 0 ? std::string("sending it a header-only message")
-                        : strCat("sending ", m.bytes - m.done, " of ", m.bytes, " bytes to it");
-  } else if (!recvs_[peer].empty()) {
-    const PendingMsg& m = *recvs_[peer].front();
-    what = m.bytes == 0 ? std::string("waiting for a header-only message from it")
-                        : strCat("receiving ", m.bytes - m.done, " of ", m.bytes, " bytes from it");
-  } else {
-    what = "receiving from any rank";
-  }
-  throw RemoteError(strCat("rank ", rank_, ": connection to rank ", peer, " (",
-                           conns_[peer]->kind(), ") lost during ", describeCall(sig_), " #",
-                           collSeq_, ": the peer ", why, " while this rank was still ", what));
-}
-
-void Exchange::failTimeout() {
-  preferMismatch();
-  std::string what;
+bool Exchange::sleepOnDoorbell(int64_t timeoutUs) {
+  if (bell_ == nullptr) return false;
   for (int p = 0; p < nranks_; ++p) {
-    if (!sends_[p].empty()) {
-      what += strCat(" send to rank ", p, " (", sends_[p].front()->done, "/",
-                     sends_[p].front()->bytes, " bytes);");
-    }
-    if (!recvs_[p].empty()) {
-      what += strCat(" recv from rank ", p, " (", recvs_[p].front()->done, "/",
-                     recvs_[p].front()->bytes, " bytes);");
-    }
+    if (p == rank_ || !posted(p)) continue;
+    if (!conns_[p]->ringsDoorbell()) return false;  // a TCP peer would not wake us
   }
-  if (recvAny_) what += " recv from any rank;";
-  throw Timeout(strCat("rank ", rank_, ": ", collName(sig_.type), " #", collSeq_, " timed out after ",
-                       deadline_.budgetMs(), " ms; waiting for:", what));
+  const uint32_t seen = bell_->prepare();
+  bool busy = false;
+  if (progressAll(&busy) || !busy) {  // moved after all (or done): no sleep
+    bell_->cancel();
+    return false;
+  }
+  bell_->sleep(seen, timeoutUs);
+  return true;
 }
 
 void Exchange::wait() {
   Backoff backoff;
   auto lastCheck = Clock::now();
   const auto checkEvery = std::chrono::microseconds(xcclParamAliveCheckUs());
+  Clock::time_point idleSince{};
+  bool spinning = false;  // idle, and still within this wait's spin time
   try {
     for (;;) {
-      bool progressed = progressRecvAny();
-      bool busy = pending_ > 0;
-      for (int p = 0; p < nranks_; ++p) {
-        if (p == rank_) continue;
-        Connection* c = conns_[p];
-        const bool posted = !sends_[p].empty() || !recvs_[p].empty() || (recvAny_ != nullptr);
-        if (!posted) {
-          if (!mayHoldBytes_[p]) continue;
-          mayHoldBytes_[p] = c->sendPending();
-          if (!mayHoldBytes_[p]) continue;
-        }
-        busy = true;
-        progressed |= c->progress();
-        progressed |= progressSend(p);
-        progressed |= progressRecv(p);
-      }
+      bool busy = false;
+      const bool progressed = progressAll(&busy);
       if (!busy) break;  // every message done and every byte handed to the wire
       if (progressed) {
+        // The spin ended the idle stretch: next time spin a little longer.
+        if (spinning) spinUs_ = std::min(spinMaxUs_, spinUs_ + spinUs_ / 4 + 1);
+        spinning = false;
         backoff.reset();
         continue;
+      }
+      if (!spinning && backoff.count() == 0) {
+        spinning = true;
+        idleSince = Clock::now();
       }
       backoff.idle();
       if (abort_.load(std::memory_order_relaxed)) {
@@ -622,6 +451,18 @@ void Exchange::wait() {
       // (and after every nap, which is long anyway).
       if (backoff.count() % 64 != 0 && !backoff.napping()) continue;
       auto now = Clock::now();
+      if (spinning && now - idleSince >= std::chrono::microseconds(spinUs_)) {
+        // Spun out without progress: sleep on the doorbell (where every peer waited on
+        // rings it), and spin less next time.
+        const int64_t untilCheck = std::chrono::duration_cast<std::chrono::microseconds>(
+                                       checkEvery - (now - lastCheck)).count();
+        if (sleepOnDoorbell(std::max<int64_t>(untilCheck, 50))) {
+          spinUs_ -= spinUs_ / 4 + (spinUs_ > 0);
+          spinning = false;
+          backoff.reset();
+          now = Clock::now();
+        }
+      }
       if (now - lastCheck >= checkEvery) {
         lastCheck = now;
         checkPeers();

@@ -5,6 +5,12 @@
 // directions, honouring the operation's deadline and the communicator's abort flag.
 // Messages between two ranks in one direction match in posting order.
 //
+// Single copy between the processes of a host: a message of at least XCCL_PEER_READ_MIN
+// bytes whose source the Device can export (xdev device memory) travels as a reference to
+// the sender's buffer; the receiver copies or reduces straight out of it (one pass over the
+// bytes instead of one into the ring and one out) and tells the sender, whose send completes
+// then (frame.h, kFlagPeerRead).
+//
 // Framing (done here, not in the transports): every message is a 64-byte header
 // {magic, op type, flags, sequence, payload bytes, the sender's call (dtype, op, root,
 // count), check} followed by the payload padded to a multiple of 64 bytes, so a header never
@@ -35,6 +41,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "../transport/shm/doorbell.h"
 #include "../transport/transport.h"
 #include "xccl.h"
 
@@ -156,15 +163,31 @@ class Exchange {
   void recvAny(void* dst, size_t bytes, int* peerOut);
   // Progresses all posted messages until every one is complete. Throws Timeout,
   // RemoteError (peer gone, bad frame, mismatch) or InvalidUsage (abort).
+  //
+  // Waiting: while nothing moves it polls for up to an adaptive spin time (XCCL_SPIN_US at
+  // most: longer after waits that spinning ended, shorter after waits it did not), then,
+  // when every peer it waits on rings this rank's doorbell (shared memory), sleeps on the
+  // doorbell until a peer moves bytes; otherwise it yields and naps (Backoff).
   void wait();
+  // This rank's doorbell (null: none; the engine then never sleeps on one).
+  void setDoorbell(shm::Doorbell* bell) { bell_ = bell; }
 
  private:
+  // One pass over every posted message; *busy: something is posted or bytes still wait to
+  // leave. Returns whether anything moved.
+  bool progressAll(bool* busy);
+  // Sleeps on the doorbell until a peer moves bytes or timeoutUs passes; false (without
+  // sleeping) when a last pass moved something or a posted peer does not ring the bell.
+  bool sleepOnDoorbell(int64_t timeoutUs);
+  // Whether send m to peer goes as a peer read (decided once per message; fills m.ref).
+  bool viaPeerRead(int peer, PendingMsg& m);
+  bool progressPeerReadSend(int peer, PendingMsg& m);
   bool progressSend(int peer);
   bool progressRecv(int peer);
   bool progressRecvAny();
   bool posted(int peer) const;
   void checkPeers();
-  [[noreturn]] void failPeerGone(int peer, const std::string& why);
+  [[noreturn]] void failPeerGone(int peer, const std::string& why, bool silent = false);
   [[noreturn]] void failTimeout();
   void checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) const;
   std::string abortReason(int peer);  // the peer's abort frame at the head of its stream, if any
@@ -192,6 +215,12 @@ class Exchange {
   size_t sliceBytes_;
   bool streamingStores_ = false;
   int anyStart_ = 0;
+  shm::Doorbell* bell_ = nullptr;
+  bool peerReadOn_;                        // XCCL_PEER_READ
+  size_t peerReadMin_;                     // XCCL_PEER_READ_MIN
+  std::vector<uint64_t> peerReadsPosted_;  // per peer: peer-read messages sent so far
+  std::vector<char> peerReadLogged_;       // per peer: its first peer read was logged
+  int64_t spinMaxUs_, spinUs_;  // the adaptive spin before sleeping (wait())
 };
 
 }  // namespace xccl

@@ -336,9 +336,10 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   const bool handshake = isPointToPoint(args.type) || args.type == CollType::kBarrier ||
                          args.type == CollType::kAllToAllv;
   // Every rank compares its call with its ring predecessor's, even when it has nothing to
-  // move, so ranks that disagree fail instead of returning (Exchange::postCheck).
-  ex.postCheck();
+  // move, so ranks that disagree fail instead of returning (Exchange::postCheck); schedules
+  // that receive from the predecessor anyway compare in their own frames.
   if (args.count == 0 && !handshake) {  // nothing to move on any rank
+    ex.postCheck();
     ex.wait();
     return;
   }
@@ -361,6 +362,7 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   const Algorithm& algorithm = selectAlgorithm(run, ex);
   XCCL_TRACE(COLL, collName(args.type), " ", describe(args, ex), " op ",
              reduction ? xcclOpName(args.op) : "-", " root ", args.root, " via ", algorithm.name);
+  if (!algorithm.hearsRingPrev || handshake) ex.postCheck();
   algorithm.run(ex, run);
   ex.wait();  // the check frames, when the schedule posted nothing after them
   if (reduction && args.op == xcclAvg) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "../transport/shm/doorbell.h"
 #include "../transport/transport.h"
 #include "xccl.h"
 
@@ -62,6 +63,8 @@ std::string namespaceId(const char* kind);
 struct PeerSetup {
   std::vector<PeerInfo> peers;                           // indexed by rank
   std::vector<std::unique_ptr<Connection>> connections;  // indexed by rank; null for self
+  // This rank's doorbell, which its shared-memory peers ring (null without such peers).
+  std::unique_ptr<shm::Doorbell> bell;
 };
 
 // Exchanges PeerInfo through `store` (keys under "peer/<rank>") and connects to every

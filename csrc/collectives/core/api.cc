@@ -77,6 +77,18 @@ void checkSelfP2P(const Comm& comm, const std::vector<CollArgs>& p2p) {
   }
 }
 
+// XCCL_STREAM_CALLER: run on this thread and return the operation's outcome as the
+// call's (the sticky error names it); otherwise enqueue for the progress thread.
+void enqueueOrRun(Comm& comm, OpEntry op) {
+  if (op.stream != XCCL_STREAM_CALLER) {
+    comm.enqueue(std::move(op));
+    return;
+  }
+  const uint64_t id = comm.runOnCaller(std::move(op));
+  const xcclResult_t r = comm.query(id);
+  if (r != xcclSuccess) throw Error(r, comm.lastError());
+}
+
 void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
   validateCollArgs(args, comm.rank(), comm.nranks());
   if (isPointToPoint(args.type) && args.type != CollType::kRecvAny) {
@@ -92,7 +104,7 @@ void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
   OpEntry op;
   op.stream = stream;
   (isPointToPoint(args.type) ? op.p2p : op.colls).push_back(std::move(args));
-  comm.enqueue(std::move(op));
+  enqueueOrRun(comm, std::move(op));
 }
 
 void checkType(xcclDataType_t dtype, const char* what) {
@@ -314,6 +326,10 @@ xcclResult_t xcclCommAbort(xcclComm_t comm) {
     comm->impl.reset();
     delete comm;
   });
+}
+
+xcclResult_t xcclCommInterrupt(xcclComm_t comm) {
+  return guarded("xcclCommInterrupt", [&] { commOf(comm, "xcclCommInterrupt").abort(); });
 }
 
 xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError) {
@@ -599,7 +615,14 @@ xcclResult_t xcclGroupEnd(void) {
       (isPointToPoint(g.args.type) ? it->second.p2p : it->second.colls).push_back(std::move(g.args));
     }
     for (auto& [comm, op] : perComm) checkSelfP2P(*comm, op.p2p);
-    for (auto& [comm, op] : perComm) comm->enqueue(std::move(op));
+    // Running one communicator's part of a group to its end before the next one is posted
+    // could wait forever on a peer that waits for the other part first.
+    for (auto& [comm, op] : perComm) {
+      XCCL_CHECK_ARG(op.stream != XCCL_STREAM_CALLER || perComm.size() == 1,
+                     "xcclGroupEnd: XCCL_STREAM_CALLER in a group that spans ", perComm.size(),
+                     " communicators (one only)");
+    }
+    for (auto& [comm, op] : perComm) enqueueOrRun(*comm, std::move(op));
   });
 }
 

@@ -83,6 +83,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   for (auto& c : peers_.connections) conns.push_back(c.get());
   exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.plan.ring(), abort_);
   exchange_->setHosts(topo_.plan.hosts);
+  exchange_->setDoorbell(peers_.bell.get());
+  heartbeat_ = std::make_unique<Heartbeat>(rank, conns);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   // The start-up summary: one line per rank saying where it runs and how it reaches peers.
   int shm = 0, tcp = 0;
@@ -118,6 +120,7 @@ Comm::~Comm() {
     abort();
   }
   if (worker_.joinable()) worker_.join();  // it resumed every held stream on the way
+  heartbeat_.reset();
   closeConnections();
 }
 
@@ -145,7 +148,7 @@ uint64_t Comm::enqueue(OpEntry op) {
     op.id = id = enqueued_.load() + 1;
     queue_.push_back(std::move(op));
     enqueued_.store(id);
-    if (workerSleeping_) workCv_.notify_one();
+    if (workerSleeping_ && !running_ && queue_.front().id == id) workCv_.notify_one();
   }
   return id;
 }
@@ -172,6 +175,7 @@ xcclResult_t Comm::wait(uint64_t id, int64_t timeoutMs) {
 
 void Comm::abort() {
   abort_.store(true);
+  if (peers_.bell) peers_.bell->ring();  // an engine asleep on it sees the flag at once
   fail(xcclInvalidUsage, strCat("rank ", rank_, ": communicator aborted"));
   std::lock_guard<std::mutex> lock(mu_);
   stop_ = true;
@@ -206,44 +210,81 @@ void Comm::fail(xcclResult_t code, const std::string& msg) {
 void Comm::progressLoop() {
   setLogRank(rank_);
   const auto spin = std::chrono::microseconds(xcclParamProgressSpinUs());
+  // The front op is ours to run: not one its caller runs, and nothing else running.
+  auto runnable = [&] { return !queue_.empty() && !queue_.front().onCaller && !running_; };
   for (;;) {
     OpEntry op;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty()) {
-        // Spin a little without the lock: the next op of a tight loop arrives soon.
-        lock.unlock();
-        auto until = Clock::now() + spin;
-        Backoff backoff;
-        while (enqueued_.load() == completed_.load() && Clock::now() < until && !stop_) {
-          backoff.idle();
+      if (!runnable()) {
+        if (queue_.empty()) {
+          // Spin a little without the lock: the next op of a tight loop arrives soon.
+          lock.unlock();
+          auto until = Clock::now() + spin;
+          Backoff backoff;
+          while (enqueued_.load() == completed_.load() && Clock::now() < until && !stop_) {
+            backoff.idle();
+          }
+          lock.lock();
         }
-        lock.lock();
         workerSleeping_ = true;
-        workCv_.wait(lock, [&] { return !queue_.empty() || stop_; });
+        workCv_.wait(lock, [&] { return runnable() || (stop_ && queue_.empty()); });
         workerSleeping_ = false;
-        if (queue_.empty()) return;  // stop_ and drained
+        if (!runnable()) return;  // stop_ and drained
       }
       op = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
-    if (asyncError_.load() == xcclSuccess) {
-      try {
-        runOp(op);
-      } catch (const Error& e) {
-        fail(e.code(), e.what());
-      } catch (const std::exception& e) {
-        fail(xcclInternalError, strCat("rank ", rank_, ": internal error: ", e.what()));
-      }
-    }
-    device_->streamRelease(op.streamToken);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      completed_.store(op.id, std::memory_order_release);
-      doneCv_.notify_all();
-    }
-    device_->streamResume(op.holdToken);  // after publishing: the stream sees a known outcome
+    execute(op);
   }
+}
+
+uint64_t Comm::runOnCaller(OpEntry op) {
+  XCCL_CHECK_ARG(!device_->streamOrdered(), "XCCL_STREAM_CALLER is for host communicators; a ",
+                 device_->name(), " communicator orders operations on device streams");
+  op.stream = nullptr;
+  op.onCaller = true;
+  uint64_t id;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    xcclResult_t err = asyncError_.load();
+    if (err != xcclSuccess) throw Error(err, errorMsg_);
+    op.id = id = enqueued_.load() + 1;
+    queue_.push_back(std::move(op));
+    enqueued_.store(id);
+    // Earlier ops finish (or fail, within their deadline) on the progress thread or their
+    // callers; then this one is at the front.
+    doneCv_.wait(lock, [&] { return queue_.front().id == id && !running_; });
+    op = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+  }
+  execute(op);
+  return id;
+}
+
+void Comm::execute(OpEntry& op) {
+  if (asyncError_.load() == xcclSuccess) {
+    try {
+      runOp(op);
+    } catch (const Error& e) {
+      fail(e.code(), e.what());
+    } catch (const std::exception& e) {
+      fail(xcclInternalError, strCat("rank ", rank_, ": internal error: ", e.what()));
+    }
+  }
+  device_->streamRelease(op.streamToken);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+    completed_.store(op.id, std::memory_order_release);
+    doneCv_.notify_all();  // waiters, and a caller whose op is next
+    // The progress thread sleeps while a caller runs an op; wake it only for work of its own.
+    if (workerSleeping_ && !queue_.empty() && !queue_.front().onCaller) workCv_.notify_one();
+    if (workerSleeping_ && stop_ && queue_.empty()) workCv_.notify_one();
+  }
+  device_->streamResume(op.holdToken);  // after publishing: the stream sees a known outcome
 }
 
 static void postP2P(Exchange& ex, const CollArgs& a) {

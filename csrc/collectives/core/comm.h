@@ -7,6 +7,11 @@
 //   event = {comm, id}                run collectives (runCollective) in issue order,
 //   query(id) / wait(id)  <--------   then post all of its sends/recvs and wait; publish id
 //
+//   runOnCaller(op) (XCCL_STREAM_CALLER): the op takes its place in the queue, the caller
+//   waits for the ops before it, then runs it itself: no hand-off in either direction (for
+//   small operations that hand-off is most of the time). One op executes at a time, on
+//   whichever thread, so the engine is never shared.
+//
 // The first failure (timeout, dead peer, mismatch, abort) is sticky: it is recorded as
 // the async error, every connection is closed so that peers fail fast too, and every
 // later operation fails at once.
@@ -25,6 +30,7 @@
 #include "../algorithms/exchange.h"
 #include "../bootstrap/bootstrap.h"
 #include "../topology/topology.h"
+#include "heartbeat.h"
 #include "xccl.h"
 
 namespace xccl {
@@ -39,6 +45,7 @@ struct OpEntry {
   xcclStream_t stream = nullptr;  // the caller's stream (device communicators)
   void* streamToken = nullptr;  // the stream's work before the op (Device::streamCapture)
   void* holdToken = nullptr;    // the stream's work after it waits on this (streamHold)
+  bool onCaller = false;        // XCCL_STREAM_CALLER: its caller runs it (runOnCaller)
 };
 
 // The device kind getDevice() takes for a configured device type ("" = XCCL_DEVICE).
@@ -59,18 +66,26 @@ class Comm {
 
   // Returns the op's id. Throws the sticky error if the communicator has failed.
   uint64_t enqueue(OpEntry op);
+  // XCCL_STREAM_CALLER (host communicators): runs op on the calling thread once every
+  // operation enqueued before it is done, without waking the progress thread, and returns
+  // its id, complete (query() gives its outcome). Throws the sticky error as enqueue() does.
+  uint64_t runOnCaller(OpEntry op);
   uint64_t lastEnqueued() const { return enqueued_.load(); }
   // xcclSuccess, xcclInProgress, or the error that failed op `id`.
   xcclResult_t query(uint64_t id) const;
   // Waits up to timeoutMs (< 0: the communicator's timeout).
   xcclResult_t wait(uint64_t id, int64_t timeoutMs);
 
+  // Fails every pending and later operation at once (their waits return); safe from any
+  // thread, also while others use the communicator. The destructor still frees it.
   void abort();
   xcclResult_t asyncError() const { return asyncError_.load(); }
   std::string lastError() const;
 
  private:
   void progressLoop();
+  // Runs a popped op (the caller of runOnCaller or the progress thread), then publishes it.
+  void execute(OpEntry& op);
   void runOp(OpEntry& op);
   void fail(xcclResult_t code, const std::string& msg);
   void closeConnections();
@@ -85,6 +100,7 @@ class Comm {
   CommTopology topo_;
   std::atomic<bool> abort_{false};
   std::unique_ptr<Exchange> exchange_;
+  std::unique_ptr<Heartbeat> heartbeat_;
   uint64_t collSeq_ = 0;  // progress thread only
 
   mutable std::mutex mu_;
@@ -92,6 +108,7 @@ class Comm {
   std::deque<OpEntry> queue_;
   std::atomic<bool> stop_{false};
   bool workerSleeping_ = false;
+  bool running_ = false;  // an op is executing (on the progress thread or a caller's)
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
   std::atomic<uint64_t> failedFrom_{UINT64_MAX};  // first op id that failed
   std::atomic<xcclResult_t> asyncError_{xcclSuccess};

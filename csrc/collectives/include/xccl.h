@@ -89,6 +89,15 @@ typedef struct xcclComm* xcclComm_t;
  * ignores it. */
 typedef void* xcclStream_t;
 
+/* The calling thread as the stream, for host communicators (xcclDeviceHost): an operation
+ * given XCCL_STREAM_CALLER runs on the thread that calls it, after every operation enqueued
+ * on the communicator before it, and the call returns once it is complete, with its outcome
+ * (an error of the operation is the call's result). It saves the hand-off to the progress
+ * thread and back, which is most of the time of a small operation: use it where the caller
+ * would wait for the operation at once (torch's blocking collectives do). Inside a group it
+ * applies at xcclGroupEnd, for a group on one communicator only. */
+#define XCCL_STREAM_CALLER ((xcclStream_t)(~(uintptr_t)0)) /* never a stream handle */
+
 /* Completion marker: all operations enqueued on `comm` up to `seq`. */
 typedef struct {
   xcclComm_t comm;
@@ -161,6 +170,11 @@ XCCL_API xcclResult_t xcclCommDestroy(xcclComm_t comm);
  * handle must not be used afterwards, so callers that share it across threads must
  * serialise the abort with their other uses. */
 XCCL_API xcclResult_t xcclCommAbort(xcclComm_t comm);
+/* The first half of xcclCommAbort without the free: every pending and later operation
+ * fails at once (a caller blocked in one, XCCL_STREAM_CALLER included, returns) and peers
+ * see the closure. Safe from any thread while other threads use comm; idempotent. The
+ * communicator must still be freed with xcclCommAbort or xcclCommDestroy. */
+XCCL_API xcclResult_t xcclCommInterrupt(xcclComm_t comm);
 /* xcclSuccess, or the sticky error that failed the communicator. */
 XCCL_API xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError);
 XCCL_API xcclResult_t xcclCommCount(const xcclComm_t comm, int* count);

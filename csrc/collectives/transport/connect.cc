@@ -102,12 +102,16 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
     local[p] = !noShm && !(flags & kPeerFlagNoShm) && setup.peers[p].hostId == me.hostId;
   }
 
-  // 3. Our outgoing rings towards local peers.
+  // 3. Our outgoing rings towards local peers, and the doorbell they ring.
   std::map<int, std::unique_ptr<shm::OutgoingRing>> rings;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank || !local[p]) continue;
     rings[p] = std::make_unique<shm::OutgoingRing>(rank, p, secret, device);
     store.set(strCat("shm/", rank, "/", p), rings[p]->describe());
+  }
+  if (!rings.empty()) {
+    setup.bell = shm::Doorbell::create();
+    store.set(strCat("bell/", rank), setup.bell->describe());
   }
 
   // 4. TCP: connect upwards, then accept from below.
@@ -134,8 +138,10 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   // 5. Map the local peers' rings.
   for (auto& [p, ring] : rings) {
     std::string desc = storeGet(store, strCat("shm/", p, "/", rank), rank, deadline, abortFlag);
-    setup.connections[p] =
-        shm::makeConnection(rank, p, setup.peers[p].pid, *ring, desc, secret, device);
+    auto peerBell = shm::Doorbell::open(
+        storeGet(store, strCat("bell/", p), rank, deadline, abortFlag), rank, p);
+    setup.connections[p] = shm::makeConnection(rank, p, setup.peers[p].pid, *ring, desc, secret,
+                                               device, std::move(peerBell));
   }
 
   for (int p = 0; p < nranks; ++p) {

@@ -12,8 +12,10 @@
 // or header, which the engine waits out).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,9 +63,55 @@ class Connection {
   virtual std::string peerGone() = 0;
   // Marks this side closed so the peer sees peerGone() at once. Idempotent, never throws.
   virtual void close() = 0;
+  // Whether the peer rings this rank's doorbell whenever it moves bytes on this connection
+  // (shared memory, shm/doorbell.h): an engine waiting only on such connections may sleep.
+  virtual bool ringsDoorbell() const { return false; }
   // "SHM" or "TCP"
   virtual const char* kind() const = 0;
   virtual int peer() const = 0;
+
+  // Peer reads (single-copy transfers, algorithms/exchange.cc): the receiver reads the
+  // sender's buffer in place, mapped through the Device, instead of the bytes travelling
+  // through this connection, and then tells the sender through a counter. Only between
+  // processes of one host (shared memory). peerReadsDone(): how many of this side's
+  // peer-read messages the peer has finished reading; peerReadDone(): one more of the
+  // peer's read here.
+  virtual bool peerReads() const { return false; }
+  virtual int peerPid() const { return 0; }
+  virtual uint64_t peerReadsDone() { return 0; }
+  virtual void peerReadDone() {}
+
+  // A failing rank's reason, left where the peer can read it even when this side's stream
+  // is in the middle of a frame and no abort frame fits (the shared-memory ring header);
+  // peerNote() is the peer's, "" when it left none or the transport has no such place.
+  virtual void leaveNote(const std::string& /*why*/) {}
+  virtual std::string peerNote() { return ""; }
+
+  // Heartbeats (core/heartbeat.h). Called only by the communicator's heartbeat thread, never
+  // by the engine: sendBeat() shows the peer that this process is alive (a word in shared
+  // memory, or a few bytes on a socket kept for beats); heardFromPeer() says whether the peer
+  // showed life since the last call (a beat, or bytes it moved on this connection), and may
+  // add to *note what the transport knows about a silent peer ("process 12 is stopped").
+  // A connection without heartbeats always says it heard.
+  virtual void sendBeat() {}
+  virtual bool heardFromPeer(std::string* /*note*/) { return true; }
+  // The heartbeat thread's verdict: non-empty while the peer has been silent for too long.
+  // The engine treats it like peerGone() for the peers it waits on.
+  void setSilence(const std::string& why) {
+    std::lock_guard<std::mutex> g(silenceMu_);
+    silence_ = why;
+    silent_.store(!why.empty(), std::memory_order_release);
+  }
+  std::string silence() const {
+    if (!silent_.load(std::memory_order_acquire)) return "";
+    std::lock_guard<std::mutex> g(silenceMu_);
+    return silence_;
+  }
+
+ private:
+  std::atomic<bool> silent_{false};
+  mutable std::mutex silenceMu_;
+  std::string silence_;
 };
 
 }  // namespace xccl

@@ -58,6 +58,7 @@ class CudaDevice : public Device {
   void streamWait(void* token) override;
   void streamRelease(void* token) override;
   void* streamHold(xcclStream_t stream) override;
+  bool streamOrdered() const override { return true; }
   void streamResume(void* token) override;
 
   bool prefersSharedRings() const override { return true; }

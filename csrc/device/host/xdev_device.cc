@@ -1,6 +1,9 @@
 #include "xdev_device.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "common/error.h"
@@ -122,6 +125,40 @@ void XdevDevice::streamResume(void* token) {
     XCCL_WARN(INIT, "xdevHoldRelease: ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(),
               ")");
   }
+}
+
+bool XdevDevice::exportBuffer(const void* ptr, size_t bytes, PeerRef* ref) {
+  static_assert(sizeof(PeerRef) == sizeof(xdevIpcMemHandle_t), "a PeerRef is an IPC handle");
+  xdevIpcMemHandle_t h;
+  if (xdevIpcGetMemHandle(&h, const_cast<void*>(ptr)) != xdevSuccess) {
+    xdevGetLastError();  // not device memory (a host buffer): not an error here
+    return false;
+  }
+  size_t left = 0;
+  if (xdevIpcMemHandleGetSize(&h, &left) != xdevSuccess || left < bytes) return false;
+  std::memcpy(ref->bytes, h.reserved, sizeof(h.reserved));
+  return true;
+}
+
+const void* XdevDevice::importBuffer(const PeerRef& ref, int ownerPid, size_t bytes) {
+  xdevIpcMemHandle_t h;
+  std::memcpy(h.reserved, ref.bytes, sizeof(h.reserved));
+  // The handle names its owner: a peer may only make us map its own memory.
+  int64_t pid = 0;
+  std::memcpy(&pid, h.reserved + 8, sizeof(pid));
+  size_t left = 0;
+  if (pid != ownerPid || xdevIpcMemHandleGetSize(&h, &left) != xdevSuccess || left < bytes) {
+    xdevGetLastError();
+    throw RemoteError(strCat("a peer-read frame from process ", ownerPid,
+                             " names memory it does not own, or fewer than ", bytes, " bytes"));
+  }
+  void* p = nullptr;
+  if (xdevIpcOpenMemHandle(&p, h, 0) != xdevSuccess) {
+    const std::string why = xdevGetLastErrorMessage();
+    xdevGetLastError();
+    throw RemoteError(strCat("cannot map process ", ownerPid, "'s buffer: ", why));
+  }
+  return p;
 }
 
 }  // namespace xccl

@@ -26,7 +26,13 @@ class XdevDevice : public HostDevice {
   void streamWait(void* token) override;
   void streamRelease(void* token) override;
   void* streamHold(xcclStream_t stream) override;
+  bool streamOrdered() const override { return true; }
   void streamResume(void* token) override;
+
+  // Peer reads through xdev's IPC handles (xdevIpcGetMemHandle / xdevIpcOpenMemHandle):
+  // device memory lives in shareable segments, so a peer maps and reads it in place.
+  bool exportBuffer(const void* ptr, size_t bytes, PeerRef* ref) override;
+  const void* importBuffer(const PeerRef& ref, int ownerPid, size_t bytes) override;
 };
 
 }  // namespace xccl

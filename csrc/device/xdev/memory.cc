@@ -35,7 +35,15 @@ void* Memory::allocate(int device, size_t bytes, xdevMemoryType type) {
       used_[device] += charged;  // reserved now, so concurrent callers cannot overshoot
     }
   }
-  void* p = std::aligned_alloc(kAlignment, charged);
+  void* p = nullptr;
+  if (onDevice) {
+    try {
+      p = arena_.alloc(charged);
+    } catch (const std::bad_alloc&) {
+    }
+  } else {
+    p = std::aligned_alloc(kAlignment, charged);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (p == nullptr) {
     if (onDevice) used_[device] -= charged;
@@ -64,15 +72,36 @@ void Memory::checkFreeable(const void* ptr, xdevMemoryType type, xdevError_t cod
 }
 
 void Memory::free(void* ptr, xdevMemoryType type, xdevError_t code) {
+  size_t charged = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
     XDEV_REQUIRE(it != blocks_.end() && it->second.type == type, code, "pointer ", ptr,
                  " is not the start of a live allocation of that kind (freed twice?)");
-    if (type == xdevMemoryTypeDevice) used_[it->second.device] -= it->second.charged;
+    charged = it->second.charged;
+    if (type == xdevMemoryTypeDevice) used_[it->second.device] -= charged;
     blocks_.erase(it);
   }
-  std::free(ptr);
+  if (type == xdevMemoryTypeDevice) {
+    arena_.release(ptr, charged);
+  } else {
+    std::free(ptr);
+  }
+}
+
+ArenaRef Memory::share(const void* ptr, size_t* bytesLeft) {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = find(p);
+    XDEV_REQUIRE(it != blocks_.end() && it->second.type == xdevMemoryTypeDevice,
+                 xdevErrorInvalidDevicePointer, "pointer ", ptr, " is not device memory");
+    *bytesLeft = it->second.size - (p - it->first);
+  }
+  ArenaRef ref;
+  XDEV_REQUIRE(arena_.locate(ptr, &ref), xdevErrorInternal, "device pointer ", ptr,
+               " is outside every memory segment");
+  return ref;
 }
 
 xdevPointerAttributes Memory::attributes(const void* ptr) {

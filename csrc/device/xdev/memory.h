@@ -1,6 +1,7 @@
-// Simulated device memory: plain aligned host allocations, accounted per device against a
-// capacity, and a process-wide registry of every device and pinned-host allocation so that
-// any pointer into one (interior pointers too) can be attributed.
+// Simulated device memory: host memory accounted per device against a capacity, device
+// allocations carved from shareable memfd segments (arena.h: other processes may map them,
+// as CUDA IPC), pinned-host ones plain aligned allocations; and a process-wide registry of
+// every allocation so that any pointer into one (interior pointers too) can be attributed.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "arena.h"
+#include "status.h"
 #include "xdev_runtime.h"
 
 namespace xdev {
@@ -17,8 +20,8 @@ class Memory {
  public:
   static constexpr size_t kAlignment = 256;
 
-  Memory(int devices, size_t capacityPerDevice)
-      : capacity_(capacityPerDevice), used_(devices, 0) {}
+  Memory(int devices, size_t capacityPerDevice, size_t segmentBytes)
+      : capacity_(capacityPerDevice), used_(devices, 0), arena_(segmentBytes) {}
 
   size_t capacity() const { return capacity_; }
   size_t used(int device);
@@ -33,6 +36,17 @@ class Memory {
   void checkFreeable(const void* ptr, xdevMemoryType type, xdevError_t code);
 
   xdevPointerAttributes attributes(const void* ptr);
+  // Inter-process access (xdevIpc*): where the device byte at ptr lives, and the bytes of
+  // its allocation from ptr on; throws Failure(xdevErrorInvalidDevicePointer) for a pointer
+  // that is not device memory. open(): a peer's byte, mapped in this process.
+  ArenaRef share(const void* ptr, size_t* bytesLeft);
+  void* openPeer(int ownerPid, const ArenaRef& ref) { return peers_.open(ownerPid, ref); }
+  void* ownByte(const ArenaRef& ref) {
+    void* p = arena_.byteOf(ref);
+    XDEV_REQUIRE(p != nullptr, xdevErrorInvalidValue,
+                 "IPC memory handle of this process names no memory segment of it");
+    return p;
+  }
   // Throws Failure(xdevErrorInvalidValue) unless [ptr, ptr+bytes) lies in one device
   // allocation (mustBeDevice) or overlaps none (!mustBeDevice). `what` names the operand.
   void checkRange(const void* ptr, size_t bytes, bool mustBeDevice, const char* what);
@@ -52,6 +66,8 @@ class Memory {
   std::mutex mu_;
   std::vector<size_t> used_;
   std::map<uintptr_t, Block> blocks_;  // by base address
+  Arena arena_;
+  PeerSegments peers_;
 };
 
 }  // namespace xdev

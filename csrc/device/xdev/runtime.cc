@@ -13,6 +13,9 @@ namespace xdev {
 
 XCCL_PARAM(XdevCount, "XDEV_COUNT", 8)
 XCCL_PARAM_STR(XdevMemory, "XDEV_MEMORY", "16G")
+// Device memory comes from shareable segments of this many bytes (or one allocation's size,
+// when larger); pages are only used once touched.
+XCCL_PARAM(XdevSegment, "XDEV_SEGMENT", 256 << 20)
 
 namespace {
 
@@ -55,6 +58,13 @@ size_t parseBytes(const std::string& text) {
   XDEV_REQUIRE(value <= (SIZE_MAX >> shift), xdevErrorInvalidValue, "XCCL_XDEV_MEMORY='", text,
                "' is too large");
   return static_cast<size_t>(value) << shift;
+}
+
+size_t readSegmentBytes() {
+  int64_t n = xcclParamXdevSegment();
+  XDEV_REQUIRE(n >= (1 << 20) && n <= (int64_t(1) << 40), xdevErrorInvalidValue,
+               "XCCL_XDEV_SEGMENT=", n, " is outside 1 MiB..1 TiB");
+  return static_cast<size_t>(n);
 }
 
 int readDeviceCount() {
@@ -117,7 +127,8 @@ Runtime& Runtime::get() {
 }
 
 Runtime::Runtime(int devices, size_t capacity)
-    : memory_(devices, capacity), defaultStreams_(devices) {}
+    : memory_(devices, capacity, readSegmentBytes()),
+      defaultStreams_(devices) {}
 
 void Runtime::checkDevice(int device) const {
   XDEV_REQUIRE(device >= 0 && device < deviceCount(), xdevErrorInvalidDevice, "device ", device,

@@ -33,10 +33,11 @@ XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20)
 namespace {
 
 constexpr uint64_t kMagic = 0x58434c4c53484d31ull;  // "XCLLSHM1"
-constexpr uint32_t kVersion = 3;  // 3: a proof of the secret instead of the secret
+constexpr uint32_t kVersion = 4;  // 3: a proof of the secret instead of it; 4: heartbeats
 constexpr size_t kHeaderBytes = 4096;  // the ring starts page-aligned
 constexpr size_t kMaxRing = size_t(1) << 30;
 constexpr size_t kMaxHandle = 256;
+constexpr size_t kMaxNote = 1024;
 enum Side { kCreator = 0, kOpener = 1 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring counters must be lock-free");
@@ -58,6 +59,11 @@ struct Header {
   alignas(64) std::atomic<uint64_t> tail;       // written by the consumer (opener)
   alignas(64) std::atomic<uint64_t> laneHead;   // the payload lane's, likewise
   alignas(64) std::atomic<uint64_t> laneTail;
+  alignas(64) std::atomic<uint64_t> beat;       // bumped by the creator's heartbeat thread
+  alignas(64) std::atomic<uint64_t> readsDone;  // the creator's peer-read messages the opener read
+  // The creator's reason for failing (Connection::leaveNote), written once before closed.
+  alignas(64) std::atomic<uint32_t> noteBytes;
+  char note[kMaxNote];
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "header must fit its page");
 
@@ -186,15 +192,21 @@ std::unique_ptr<Segment> openPeerRing(int rank, int peer, const std::string& des
   return seg;
 }
 
-// True when process `pid` is gone or a zombie (killed, not yet reaped).
-bool processDead(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+// The state letter of process `pid` in /proc/<pid>/stat (R, S, D, T stopped, t traced, Z
+// zombie, X dead), or 'X' when it is gone.
+char processState(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return 'X';
   std::ifstream f(strCat("/proc/", pid, "/stat"));
   std::string stat;
-  if (!std::getline(f, stat)) return true;
+  if (!std::getline(f, stat)) return 'X';
   size_t paren = stat.rfind(')');  // the command name may contain spaces and parens
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  char state = stat[paren + 2];
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
+  return stat[paren + 2];
+}
+
+// True when process `pid` is gone or a zombie (killed, not yet reaped).
+bool processDead(int pid) {
+  char state = processState(pid);
   return state == 'Z' || state == 'X';
 }
 
@@ -269,13 +281,14 @@ RingEnd payloadRing(Segment& s, bool producer) {
 class ShmConnection : public Connection {
  public:
   ShmConnection(int rank, int peer, int peerPid, std::unique_ptr<Segment> send,
-                std::unique_ptr<Segment> recv, Device& device)
+                std::unique_ptr<Segment> recv, Device& device, std::unique_ptr<Doorbell> peerBell)
       : rank_(rank),
         peer_(peer),
         peerPid_(peerPid),
         send_(std::move(send)),
         recv_(std::move(recv)),
         device_(device),
+        peerBell_(std::move(peerBell)),
         out_(byteRing(*send_, true)),
         in_(byteRing(*recv_, false)),
         outLane_(payloadRing(*send_, true)),
@@ -292,25 +305,48 @@ class ShmConnection : public Connection {
     device_.unregisterStaging(recv_->ring());
   }
 
+  // Every move of a counter rings the peer's doorbell: it may sleep waiting for bytes (a
+  // commit) or for room (a consume).
   size_t reserveSend(void** window, size_t want) override {
     return reserveOn(out_, window, want);
   }
-  void commitSend(size_t bytes) override { out_.commit(bytes); }
+  void commitSend(size_t bytes) override {
+    out_.commit(bytes);
+    peerBell_->ring();
+  }
   size_t peekRecv(const void** window) override { return peekOn(in_, window); }
-  void consumeRecv(size_t bytes) override { in_.consume(bytes); }
+  void consumeRecv(size_t bytes) override {
+    in_.consume(bytes);
+    peerBell_->ring();
+  }
+  bool ringsDoorbell() const override { return true; }
+
+  bool peerReads() const override { return true; }
+  int peerPid() const override { return peerPid_; }
+  uint64_t peerReadsDone() override {
+    return send_->header()->readsDone.load(std::memory_order_acquire);
+  }
+  void peerReadDone() override {
+    recv_->header()->readsDone.fetch_add(1, std::memory_order_release);
+    peerBell_->ring();
+  }
 
   bool payloadLane() const override { return split_; }
   size_t reserveSendPayload(void** window, size_t want) override {
     return split_ ? reserveOn(outLane_, window, want) : reserveSend(window, want);
   }
   void commitSendPayload(size_t bytes) override {
-    split_ ? outLane_.commit(bytes) : commitSend(bytes);
+    if (!split_) return commitSend(bytes);
+    outLane_.commit(bytes);
+    peerBell_->ring();
   }
   size_t peekRecvPayload(const void** window) override {
     return peerSplit_ ? peekOn(inLane_, window) : peekRecv(window);
   }
   void consumeRecvPayload(size_t bytes) override {
-    peerSplit_ ? inLane_.consume(bytes) : consumeRecv(bytes);
+    if (!peerSplit_) return consumeRecv(bytes);
+    inLane_.consume(bytes);
+    peerBell_->ring();
   }
 
   bool progress() override { return false; }  // the peer writes straight into our mapping
@@ -323,10 +359,51 @@ class ShmConnection : public Connection {
     return "";
   }
 
+  void leaveNote(const std::string& why) override {
+    Header* h = send_->header();
+    if (h->noteBytes.load(std::memory_order_relaxed) != 0 || why.empty()) return;
+    const size_t n = std::min(why.size(), kMaxNote);
+    std::memcpy(h->note, why.data(), n);
+    h->noteBytes.store(static_cast<uint32_t>(n), std::memory_order_release);
+  }
+
+  std::string peerNote() override {
+    const Header* h = recv_->header();
+    const size_t n = std::min<size_t>(h->noteBytes.load(std::memory_order_acquire), kMaxNote);
+    return std::string(h->note, n);
+  }
+
+  void sendBeat() override {
+    send_->header()->beat.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Life = a new beat, or the peer moved bytes in either direction (it produced into our
+  // incoming ring or consumed from our outgoing one).
+  bool heardFromPeer(std::string* note) override {
+    const Header* in = recv_->header();
+    const Header* out = send_->header();
+    const uint64_t seen[6] = {in->beat.load(std::memory_order_relaxed),
+                              in->head.load(std::memory_order_relaxed),
+                              in->laneHead.load(std::memory_order_relaxed),
+                              out->tail.load(std::memory_order_relaxed),
+                              out->laneTail.load(std::memory_order_relaxed),
+                              out->readsDone.load(std::memory_order_relaxed)};
+    const bool heard = std::memcmp(seen, lastSeen_, sizeof(seen)) != 0;
+    std::memcpy(lastSeen_, seen, sizeof(seen));
+    if (!heard && peerPid_ != static_cast<int>(getpid())) {
+      const char state = processState(peerPid_);
+      if (state == 'T' || state == 't') {
+        *note = strCat("process ", peerPid_, " is stopped (SIGSTOP or a debugger)");
+      }
+    }
+    return heard;
+  }
+
   void close() override {
     if (closed_.exchange(true)) return;
     send_->header()->closed[kCreator].store(1, std::memory_order_release);
     recv_->header()->closed[kOpener].store(1, std::memory_order_release);
+    peerBell_->ring();  // a sleeping peer notices at once
   }
 
   const char* kind() const override { return "SHM"; }
@@ -359,23 +436,26 @@ class ShmConnection : public Connection {
   int rank_, peer_, peerPid_;
   std::unique_ptr<Segment> send_, recv_;
   Device& device_;
+  std::unique_ptr<Doorbell> peerBell_;
   RingEnd out_, in_, outLane_, inLane_;
   const bool split_, peerSplit_;
   std::atomic<bool> closed_{false};
+  uint64_t lastSeen_[6] = {0, 0, 0, 0, 0, 0};  // heartbeat thread only
 };
 
 }  // namespace
 
 std::unique_ptr<Connection> makeConnection(int rank, int peer, int peerPid, OutgoingRing& out,
                                            const std::string& peerDesc, const std::string& secret,
-                                           Device& device) {
+                                           Device& device, std::unique_ptr<Doorbell> peerBell) {
   std::unique_ptr<Segment> recv = openPeerRing(rank, peer, peerDesc, secret, device);
   XCCL_INFO(SHM, "rank ", rank, " <- ", peer, ": mapped ", recv->ringBytes(), "-byte ring of pid ",
             peerPid,
             recv->lane() ? strCat(" and its ", recv->header()->laneBytes, "-byte payload lane in ",
                                   device.name(), " memory")
                          : std::string());
-  return std::make_unique<ShmConnection>(rank, peer, peerPid, out.take(), std::move(recv), device);
+  return std::make_unique<ShmConnection>(rank, peer, peerPid, out.take(), std::move(recv), device,
+                                         std::move(peerBell));
 }
 
 }  // namespace shm

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "../transport.h"
+#include "doorbell.h"
 
 namespace xccl {
 
@@ -45,9 +46,10 @@ class OutgoingRing {
 // Opens the peer's ring (from its describe() string), checks it, and pairs it with our
 // outgoing ring into a Connection. Throws RemoteError on a bad secret/header, IoError
 // when the segment cannot be opened.
+// peerBell: the peer's doorbell, rung after every move of a ring counter (doorbell.h).
 std::unique_ptr<Connection> makeConnection(int rank, int peer, int peerPid, OutgoingRing& out,
                                            const std::string& peerDesc, const std::string& secret,
-                                           Device& device);
+                                           Device& device, std::unique_ptr<Doorbell> peerBell);
 
 }  // namespace shm
 }  // namespace xccl

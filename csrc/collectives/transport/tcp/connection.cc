@@ -59,6 +59,7 @@ struct Ring {
 // socket (n = 1) is the plain stream.
 class TcpConnection : public Connection {
  public:
+  // fds: the data sockets, then the heartbeat socket.
   TcpConnection(int rank, int peer, std::string addr, std::vector<net::Fd> fds, size_t chunk,
                 Device& device)
       : rank_(rank),
@@ -67,6 +68,9 @@ class TcpConnection : public Connection {
         fds_(std::move(fds)),
         chunk_(chunk),
         device_(device) {
+    XCCL_CHECK(fds_.size() >= 2, "a TCP connection needs a data and a heartbeat socket");
+    beat_ = std::move(fds_.back());
+    fds_.pop_back();
     const size_t n = fds_.size();
     for (size_t j = 0; j < n; ++j) {
       sendNext_.push_back(j * chunk_);
@@ -159,6 +163,34 @@ class TcpConnection : public Connection {
     return !closed_ && !sendBroken_ && send_.used() != 0;
   }
 
+  // A beat is 8 bytes on the heartbeat socket; when its buffer is full the peer is not
+  // reading beats either, so one lost is no loss.
+  void sendBeat() override {
+    const uint64_t n = ++beatsSent_;
+    ::send(beat_.get(), &n, sizeof(n), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  // Life = beats arrived, or data did (fill() counts it). A heartbeat socket that reached
+  // EOF or failed proves nothing either way: the data sockets tell whether the peer left.
+  bool heardFromPeer(std::string* /*note*/) override {
+    bool heard = false;
+    char buf[256];
+    for (;;) {
+      ssize_t got = ::recv(beat_.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (got > 0) {
+        heard = true;
+        continue;
+      }
+      if (got < 0 && errno == EINTR) continue;
+      if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) heard = true;
+      break;
+    }
+    const uint64_t received = bytesReceived_.load(std::memory_order_relaxed);
+    heard |= received != lastReceived_;
+    lastReceived_ = received;
+    return heard;
+  }
+
   // Safe to call from another thread than the one progressing (abort): the socket is
   // shut down, not closed, so its fd number cannot be reused under a concurrent recv.
   void close() override {
@@ -188,6 +220,7 @@ class TcpConnection : public Connection {
       // the peer is gone: nothing more to deliver
     }
     for (auto& fd : fds_) ::shutdown(fd.get(), SHUT_WR);
+    ::shutdown(beat_.get(), SHUT_RDWR);
   }
 
   const char* kind() const override { return "TCP"; }
@@ -255,6 +288,7 @@ class TcpConnection : public Connection {
         ssize_t got = ::recv(fds_[j].get(), recv_.data + pos, n, MSG_DONTWAIT);
         if (got > 0) {
           advance(at, static_cast<size_t>(got));
+          bytesReceived_.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
           moved = true;
           continue;
         }
@@ -290,6 +324,9 @@ class TcpConnection : public Connection {
   std::string goneWhy_;
   std::mutex ioMu_;  // progress() vs close()
   bool closed_ = false;
+  net::Fd beat_;                            // the heartbeat socket
+  uint64_t beatsSent_ = 0, lastReceived_ = 0;  // heartbeat thread only
+  std::atomic<uint64_t> bytesReceived_{0};  // data bytes ever received (fill())
 };
 
 // An accepted socket whose handshake is not finished.
@@ -373,11 +410,11 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
           p.theirNonce = hi.nonce;
           Partial& part = partial[p.src];
           if (part.fds.empty()) {
-            part.fds.resize(hi.nsocks);
+            part.fds.resize(hi.nsocks + 1);  // the data sockets and the heartbeat socket
             part.chunk = hi.chunk;
             part.addr = p.addr;
           }
-          if (part.fds.size() != hi.nsocks || part.chunk != hi.chunk ||
+          if (part.fds.size() != hi.nsocks + 1 || part.chunk != hi.chunk ||
               part.fds[hi.index].get() >= 0) {
             refuse(p, rank, kBadRank, strCat("socket ", hi.index, " of ", hi.nsocks, " from rank ",
                                              p.src, " does not fit the ones it already opened"));
@@ -452,7 +489,8 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
                               status == kBadSecret ? "bad secret (another communicator?)"
                                                    : "unexpected rank or striping"));
   };
-  for (uint32_t j = 0; j < static_cast<uint32_t>(nsocks); ++j) {
+  // Sockets 0..nsocks-1 carry the byte stream, socket nsocks the heartbeats.
+  for (uint32_t j = 0; j <= static_cast<uint32_t>(nsocks); ++j) {
     net::Fd fd = net::connectTo(net::parseAddr(peerAddr), ctx);
     const std::string mine = auth::nonce();
     std::string hello = makeHello(Hello{rank, peer, j, static_cast<uint32_t>(nsocks),

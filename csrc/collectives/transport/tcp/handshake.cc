@@ -44,7 +44,7 @@ bool parseHello(const std::string& bytes, int rank, const std::set<int>& from, H
   out->index = net::getU32(b + 16);
   out->nsocks = net::getU32(b + 20);
   out->chunk = net::getU32(b + 24);
-  if (out->nsocks < 1 || out->nsocks > kMaxSocks || out->index >= out->nsocks ||
+  if (out->nsocks < 1 || out->nsocks > kMaxSocks || out->index > out->nsocks ||
       out->chunk < kMinChunk || out->chunk > kMaxChunk || out->chunk % 64 != 0) {
     *status = kBadRank;
     *why = strCat("bad socket striping from rank ", out->from, " (socket ", out->index, " of ",

@@ -5,6 +5,7 @@
 // itself never travels:
 //   connector -> hello     : "XCTH" | version | from | to | socket index | sockets | chunk |
 //                            connector nonce (16)                               (44 bytes)
+//                            (index == sockets: the heartbeat socket, one per connection)
 //   acceptor  -> challenge : "XCTC" | status | rank | acceptor nonce (16) |
 //                            acceptor proof (32) over the connector's nonce     (60 bytes)
 //   connector -> proof     : connector proof (32) over the acceptor's nonce
@@ -24,7 +25,7 @@
 namespace xccl {
 namespace tcp {
 
-constexpr uint32_t kHandshakeVersion = 3;
+constexpr uint32_t kHandshakeVersion = 4;  // 4: a heartbeat socket after the data sockets
 constexpr size_t kHelloBytes = 4 + 6 * 4 + auth::kNonceBytes;
 constexpr size_t kChallengeBytes = 4 + 2 * 4 + auth::kNonceBytes + auth::kProofBytes;
 constexpr size_t kReplyBytes = 12;

@@ -136,6 +136,27 @@ XDEV_API xdevError_t xdevHostAlloc(void** ptr, size_t bytes);
 XDEV_API xdevError_t xdevFreeHost(void* ptr);
 XDEV_API xdevError_t xdevPointerGetAttributes(xdevPointerAttributes* attr, const void* ptr);
 
+/* ---- inter-process memory, as cudaIpcGetMemHandle / cudaIpcOpenMemHandle ----
+ * Device memory lives in shareable segments: another process of this host maps a buffer and
+ * reads or writes it in place (libxccl's single-copy transfers between the ranks of a host).
+ * A handle names the device byte at devPtr and the rest of its allocation (devPtr may point
+ * inside an allocation: an addition to CUDA, which wants its base); it stays valid while the
+ * allocation lives. Opening maps the owner's segment once per process (later opens are a
+ * lookup) and returns the byte's address here; a handle of this very process gives devPtr
+ * back. A handle of a process that exited fails with xdevErrorInvalidResourceHandle, a
+ * malformed one with xdevErrorInvalidValue. Closing is a no-op kept for the CUDA call shape:
+ * mappings stay until the process exits. */
+#define XDEV_IPC_HANDLE_SIZE 64
+typedef struct {
+  char reserved[XDEV_IPC_HANDLE_SIZE];
+} xdevIpcMemHandle_t;
+XDEV_API xdevError_t xdevIpcGetMemHandle(xdevIpcMemHandle_t* handle, void* devPtr);
+XDEV_API xdevError_t xdevIpcOpenMemHandle(void** devPtr, xdevIpcMemHandle_t handle,
+                                          unsigned int flags);
+/* Bytes of the allocation from the handle's byte on (what an opener may touch). */
+XDEV_API xdevError_t xdevIpcMemHandleGetSize(const xdevIpcMemHandle_t* handle, size_t* bytes);
+XDEV_API xdevError_t xdevIpcCloseMemHandle(void* devPtr);
+
 /* ---- copies and memset ----
  * A device side must lie wholly inside one xdevMalloc allocation and a host side must not be
  * device memory, else xdevErrorInvalidValue. xdevMemcpy runs on the current device's default
