@@ -17,20 +17,22 @@ using xccl::CollArgs;
 using xccl::CollType;
 using xccl_test::ScopedEnv;
 
+// The engine reads the selector's knobs when it is made (Tuning): pick() makes one for each
+// choice, on 4 ranks split into hosts_, so a knob the test set applies.
 class Select : public ::testing::Test {
  protected:
-  Select()
-      : ex_(0, 4, xccl::getDevice(-1), std::vector<xccl::Connection*>(4, nullptr), {0, 1, 2, 3},
-            abort_) {}
   std::string pick(CollType type, size_t count, xcclDataType_t dtype = xcclFloat32) {
+    xccl::Exchange ex(0, 4, xccl::getDevice(-1), std::vector<xccl::Connection*>(4, nullptr),
+                      {0, 1, 2, 3}, abort_);
+    ex.setHosts(hosts_);
     CollArgs a;
     a.type = type;
     a.count = count;
     a.dtype = dtype;
-    return xccl::selectAlgorithm(a, ex_).name;
+    return xccl::selectAlgorithm(a, ex).name;
   }
   std::atomic<bool> abort_{false};
-  xccl::Exchange ex_;
+  std::vector<std::vector<int>> hosts_{{0, 1, 2, 3}};
 };
 
 // Point-to-point operations have no algorithm: the communicator posts them on the engine.
@@ -114,7 +116,7 @@ namespace {
 TEST_F(Select, AllreduceAcrossHostsFollowsTheTopology) {
   ScopedEnv algo("XCCL_ALGO", nullptr);
   ScopedEnv max("XCCL_ALLREDUCE_DIRECT_MAX", "4096");
-  ex_.setHosts({{0, 1}, {2, 3}});
+  hosts_ = {{0, 1}, {2, 3}};
   EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");  // 2 hosts: below the twolevel minimum
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "hierarchical");  // 4 MiB
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 18), "ring");  // 1 MiB: below XCCL_HIERARCHICAL_MIN
@@ -122,17 +124,17 @@ TEST_F(Select, AllreduceAcrossHostsFollowsTheTopology) {
     ScopedEnv hmin("XCCL_HIERARCHICAL_MIN", "0");
     EXPECT_EQ(pick(CollType::kAllReduce, 1 << 18), "hierarchical");
   }
-  ex_.setHosts({{0, 1}, {2}, {3}});  // 3 hosts, uneven
+  hosts_ = {{0, 1}, {2}, {3}};  // 3 hosts, uneven
   EXPECT_EQ(pick(CollType::kAllReduce, 1024), "twolevel");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");  // hierarchical declines
   {
     ScopedEnv minHosts("XCCL_TWOLEVEL_MIN_HOSTS", "4");
     EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");
   }
-  ex_.setHosts({{0}, {1}, {2}, {3}});  // one rank per host: nothing to gain from levels
+  hosts_ = {{0}, {1}, {2}, {3}};  // one rank per host: nothing to gain from levels
   EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
-  ex_.setHosts({{0, 1, 2, 3}});
+  hosts_ = {{0, 1, 2, 3}};
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
   {
     ScopedEnv forced("XCCL_ALGO", "allreduce=hierarchical");

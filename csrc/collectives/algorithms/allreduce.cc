@@ -31,16 +31,15 @@
 namespace xccl {
 namespace algo {
 
-XCCL_PARAM(RingSlice, "RING_SLICE", 512 << 10)
 
 namespace {
 bool needsOwnSlot(int me, const void* mine, const void* dst) { return dst == mine && me != 0; }
 }  // namespace
 
-FoldInputs::FoldInputs(Device& device, int nranks, int me, const void* mine, const void* dst,
+FoldInputs::FoldInputs(Exchange& ex, int nranks, int me, const void* mine, const void* dst,
                        size_t bytes)
-    : device_(device),
-      temp_(device, bytes * (needsOwnSlot(me, mine, dst) ? nranks : nranks - 1)),
+    : device_(ex.device()),
+      temp_(ex, bytes * (needsOwnSlot(me, mine, dst) ? nranks : nranks - 1)),
       slots_(nranks, nullptr),
       in_(nranks) {
   const bool ownSlot = needsOwnSlot(me, mine, dst);
@@ -52,7 +51,7 @@ FoldInputs::FoldInputs(Device& device, int nranks, int me, const void* mine, con
     slots_[r] = temp_.get() + bytes * used++;
     in_[r] = slots_[r];
   }
-  if (ownSlot) device.copy(slots_[me], mine, bytes, CopyKind::kDeviceToDevice);
+  if (ownSlot) device_.copy(slots_[me], mine, bytes, CopyKind::kDeviceToDevice);
 }
 
 void FoldInputs::fold(void* dst, size_t count, xcclDataType_t dtype, xcclRedOp_t op) const {
@@ -94,7 +93,7 @@ struct Ring {
         pos(pos),
         n(static_cast<int>(members.size())),
         elemSize(dtypeSize(args.dtype)),
-        sliceBytes(pieceBytesKnob(xcclParamRingSlice())) {}
+        sliceBytes(ex.tuning().ringSlice) {}
 
   // Sends block `b` from `base`, one message per slice.
   void send(const char* base, int b) {
@@ -198,13 +197,13 @@ void twolevelRun(Exchange& ex, const CollArgs& args) {
   }
   const int members = static_cast<int>(run.size());
   {
-    FoldInputs local(ex.device(), members, 0, args.sendbuf, args.recvbuf, bytes);
+    FoldInputs local(ex, members, 0, args.sendbuf, args.recvbuf, bytes);
     for (int j = 1; j < members; ++j) ex.recv(run[j], local.slot(j), bytes);
     ex.wait();
     local.fold(args.recvbuf, args.count, args.dtype, args.op);
   }
   if (nhosts > 1) {
-    FoldInputs across(ex.device(), nhosts, host, args.recvbuf, args.recvbuf, bytes);
+    FoldInputs across(ex, nhosts, host, args.recvbuf, args.recvbuf, bytes);
     for (int h = 0; h < nhosts; ++h) {
       if (h != host) ex.send(hosts[h][0], args.recvbuf, bytes);
     }
@@ -223,7 +222,7 @@ bool twolevelSupports(const CollArgs& args, const Exchange& ex) {
   for (const auto& h : ex.hosts()) widest = std::max(widest, h.size());
   const size_t bytes = args.count * dtypeSize(args.dtype);
   return ex.hosts().size() > 1 && widest > 1 &&
-         directTempFits(bytes, static_cast<int>(std::max(widest, ex.hosts().size())));
+         directTempFits(ex, bytes, static_cast<int>(std::max(widest, ex.hosts().size())));
 }
 
 // Only for several hosts of several ranks each, all hosts alike.
@@ -241,7 +240,7 @@ bool ringSupports(const CollArgs&, const Exchange&) { return true; }
 void directRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), me = ex.rank();
   const size_t bytes = args.count * dtypeSize(args.dtype);
-  FoldInputs in(ex.device(), n, me, args.sendbuf, args.recvbuf, bytes);
+  FoldInputs in(ex, n, me, args.sendbuf, args.recvbuf, bytes);
   for (int i = 1; i < n; ++i) ex.send((me + i) % n, args.sendbuf, bytes);
   for (int i = 1; i < n; ++i) {
     int peer = (me + n - i) % n;
@@ -253,7 +252,7 @@ void directRun(Exchange& ex, const CollArgs& args) {
 
 // Declines when the temporary (one buffer per rank) would be too large.
 bool directSupports(const CollArgs& args, const Exchange& ex) {
-  return directTempFits(args.count * dtypeSize(args.dtype), ex.nranks());
+  return directTempFits(ex, args.count * dtypeSize(args.dtype), ex.nranks());
 }
 
 }  // namespace

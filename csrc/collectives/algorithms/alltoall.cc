@@ -55,7 +55,7 @@ void pairwiseRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), me = ex.rank();
   const Layout l = layoutOf(args, n);
   const bool inPlace = args.sendbuf == args.recvbuf;
-  DeviceBuffer copy(ex.device(), inPlace ? l.sendExtent() : 0);
+  DeviceBuffer copy(ex, inPlace ? l.sendExtent() : 0);
   const void* sendbuf = args.sendbuf;
   if (inPlace) {
     ex.device().copy(copy.get(), args.sendbuf, l.sendExtent(), CopyKind::kDeviceToDevice);

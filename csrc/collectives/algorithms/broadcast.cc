@@ -30,7 +30,7 @@ void chainRun(Exchange& ex, const CollArgs& args) {
   const size_t elemSize = dtypeSize(args.dtype);
   // Calls fn(byte offset, bytes) for every chunk.
   auto eachChunk = [&](auto&& fn) {
-    forEachPiece(args.count, elemSize, chainChunkBytes(),
+    forEachPiece(args.count, elemSize, ex.tuning().chainChunk,
                  [&](size_t first, size_t elems) { fn(first * elemSize, elems * elemSize); });
   };
   if (link == 0) {

@@ -55,6 +55,8 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
   XCCL_CHECK(slice >= 64 && slice % 64 == 0, "XCCL_SLICE_BYTES=", slice,
              " must be a positive multiple of 64");
   sliceBytes_ = static_cast<size_t>(slice);
+  aliveCheck_ = std::chrono::microseconds(xcclParamAliveCheckUs());
+  tuning_ = readTuning();
   peerReadOn_ = xcclParamPeerRead() != 0;
   const int64_t readMin = xcclParamPeerReadMin();
   XCCL_CHECK(readMin >= 1, "XCCL_PEER_READ_MIN=", readMin, " must be at least 1");
@@ -67,7 +69,30 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
   setHosts({ring_});
 }
 
-Exchange::~Exchange() = default;
+Exchange::~Exchange() {
+  for (const Scratch& s : scratch_) device_.free(s.ptr);
+}
+
+Exchange::Scratch Exchange::takeScratch(size_t bytes) {
+  if (bytes > kScratchMax) return Scratch{static_cast<char*>(device_.alloc(bytes)), bytes};
+  for (size_t i = 0; i < scratch_.size(); ++i) {
+    if (scratch_[i].capacity < bytes) continue;
+    Scratch s = scratch_[i];
+    scratch_.erase(scratch_.begin() + static_cast<long>(i));
+    return s;
+  }
+  size_t capacity = 4096;
+  while (capacity < bytes) capacity *= 2;
+  return Scratch{static_cast<char*>(device_.alloc(capacity)), capacity};
+}
+
+void Exchange::giveScratch(const Scratch& s) {
+  if (s.capacity <= kScratchMax && scratch_.size() < kMaxScratchKept) {
+    scratch_.push_back(s);
+    return;
+  }
+  device_.free(s.ptr);
+}
 
 void Exchange::setHosts(std::vector<std::vector<int>> hosts) {
   std::vector<int> hostOf(nranks_, -1);
@@ -97,6 +122,26 @@ void Exchange::postCheck() {
   recv(ringPrev(), nullptr, 0);
 }
 
+// Messages are reused: a small collective posts a few, and allocating each was a good part
+// of its host time. A spare is taken only when nobody else holds it (an algorithm may keep a
+// receipt until its wait() returns).
+MsgRef Exchange::newMsg() {
+  while (!spare_.empty()) {
+    MsgRef m = std::move(spare_.back());
+    spare_.pop_back();
+    if (m.use_count() == 1) {
+      *m = PendingMsg{};
+      return m;
+    }
+  }
+  return std::make_shared<PendingMsg>();
+}
+
+void Exchange::retire(std::deque<MsgRef>& q) {
+  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(q.front()));
+  q.pop_front();
+}
+
 static void checkPeerArg(int peer, int rank, int nranks, const char* what) {
   XCCL_CHECK(peer >= 0 && peer < nranks && peer != rank, what, ": peer ", peer,
              " out of range for rank ", rank, " of ", nranks);
@@ -104,7 +149,7 @@ static void checkPeerArg(int peer, int rank, int nranks, const char* what) {
 
 void Exchange::send(int peer, const void* src, size_t bytes) {
   checkPeerArg(peer, rank_, nranks_, "send");
-  auto m = std::make_shared<PendingMsg>();
+  MsgRef m = newMsg();
   m->kind = MsgKind::kSend;
   m->peer = peer;
   m->p2p = isPointToPoint(sig_.type);
@@ -119,7 +164,7 @@ void Exchange::send(int peer, const void* src, size_t bytes) {
 
 MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
   checkPeerArg(peer, rank_, nranks_, "recv");
-  auto m = std::make_shared<PendingMsg>();
+  MsgRef m = newMsg();
   m->kind = MsgKind::kRecv;
   m->peer = peer;
   m->p2p = isPointToPoint(sig_.type);
@@ -136,7 +181,7 @@ MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
 MsgRef Exchange::recvReduce(int peer, void* dst, const void* local, size_t count,
                             xcclDataType_t dtype, xcclRedOp_t op) {
   checkPeerArg(peer, rank_, nranks_, "recvReduce");
-  auto m = std::make_shared<PendingMsg>();
+  MsgRef m = newMsg();
   m->kind = MsgKind::kRecvReduce;
   m->peer = peer;
   m->p2p = false;
@@ -164,7 +209,7 @@ void Exchange::sendForward(int peer, const MsgRef& source) {
 
 void Exchange::recvAny(void* dst, size_t bytes, int* peerOut) {
   XCCL_CHECK(!recvAny_, "only one recvAny may be posted at a time");
-  auto m = std::make_shared<PendingMsg>();
+  MsgRef m = newMsg();
   m->kind = MsgKind::kRecv;
   m->peer = -1;
   m->p2p = true;
@@ -217,7 +262,7 @@ bool Exchange::progressPeerReadSend(int peer, PendingMsg& m) {
     moved = true;
   }
   if (c->peerReadsDone() < m.readSeq) return moved;
-  sends_[peer].pop_front();
+  retire(sends_[peer]);
   --pending_;
   return true;
 }
@@ -265,7 +310,7 @@ bool Exchange::progressSend(int peer) {
     m.padLeft -= got;
     if (m.padLeft > 0) return true;
   }
-  q.pop_front();
+  retire(q);
   --pending_;
   mayHoldBytes_[peer] = 1;
   return true;
@@ -323,7 +368,7 @@ bool Exchange::progressRecv(int peer) {
     m.done += n;
     if (m.done < m.bytes) return true;
     c->peerReadDone();
-    q.pop_front();
+    retire(q);
     --pending_;
     return true;
   }
@@ -354,7 +399,7 @@ bool Exchange::progressRecv(int peer) {
     m.padLeft -= n;
     if (m.padLeft > 0) return true;
   }
-  q.pop_front();
+  retire(q);
   --pending_;
   return true;
 }
@@ -423,7 +468,7 @@ bool Exchange::sleepOnDoorbell(int64_t timeoutUs) {
 void Exchange::wait() {
   Backoff backoff;
   auto lastCheck = Clock::now();
-  const auto checkEvery = std::chrono::microseconds(xcclParamAliveCheckUs());
+  const auto checkEvery = aliveCheck_;
   Clock::time_point idleSince{};
   bool spinning = false;  // idle, and still within this wait's spin time
   try {

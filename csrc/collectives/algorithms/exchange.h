@@ -108,6 +108,20 @@ OpSignature signatureOf(const CollArgs& args);
 // "allreduce(float32, 1048576, sum)", "broadcast(float32, 8, root 0)", "barrier()".
 std::string describeCall(const OpSignature& sig);
 
+// The knobs the selector and the schedules read (select.cc, readTuning), read once when the
+// engine is made: a knob set later applies to communicators made later, and the hot path of
+// a small collective reads no environment.
+struct Tuning {
+  std::string algoSpec;             // XCCL_ALGO as given (for messages)
+  std::vector<std::string> forced;  // by CollType: the algorithm XCCL_ALGO forces, or ""
+  int64_t allreduceDirectMax = 0, broadcastDirectMax = 0, reduceDirectMax = 0,
+          allgatherDirectMax = 0, reducescatterDirectMax = 0, twolevelMinHosts = 0,
+          hierarchicalMin = 0, directTempMax = 0;
+  size_t ringSlice = 0, chainChunk = 0;  // bytes per message; SIZE_MAX: uncut
+};
+// Reads and checks every knob of the table (InvalidUsage for a bad XCCL_ALGO).
+Tuning readTuning();
+
 struct PendingMsg;   // defined in exchange.cc
 struct FrameHeader;  // defined in exchange.cc
 // A posted receive, for sendForward(). Valid until the wait() that completes it returns.
@@ -132,6 +146,16 @@ class Exchange {
   void setHosts(std::vector<std::vector<int>> hosts);
   const std::vector<std::vector<int>>& hosts() const { return hosts_; }
   int hostOf(int rank) const { return hostOf_[rank]; }
+  const Tuning& tuning() const { return tuning_; }
+
+  // Device temporaries of one collective (algo::DeviceBuffer). Small ones are kept and reused
+  // by later collectives: allocating them was a good part of a small collective's host time.
+  struct Scratch {
+    char* ptr = nullptr;
+    size_t capacity = 0;
+  };
+  Scratch takeScratch(size_t bytes);
+  void giveScratch(const Scratch& s);
   // True the first time `key` is passed (the selector explains each choice once).
   bool firstTime(const std::string& key) { return explained_.insert(key).second; }
 
@@ -173,6 +197,9 @@ class Exchange {
   void setDoorbell(shm::Doorbell* bell) { bell_ = bell; }
 
  private:
+  MsgRef newMsg();
+  void retire(std::deque<MsgRef>& q);  // pops a completed message, keeping it for reuse
+  static constexpr size_t kMaxSpare = 64;
   // One pass over every posted message; *busy: something is posted or bytes still wait to
   // leave. Returns whether anything moved.
   bool progressAll(bool* busy);
@@ -201,18 +228,23 @@ class Exchange {
   std::vector<std::vector<int>> hosts_;
   std::vector<int> hostOf_;
   std::set<std::string> explained_;
+  Tuning tuning_;
   const std::atomic<bool>& abort_;
   OpSignature sig_;
   uint64_t collSeq_ = 0;
   Deadline deadline_;
   std::vector<std::deque<MsgRef>> sends_, recvs_;
   MsgRef recvAny_;
+  std::vector<MsgRef> spare_;  // completed messages, for newMsg()
+  std::vector<Scratch> scratch_;  // free small temporaries, for takeScratch()
+  static constexpr size_t kScratchMax = 1 << 20, kMaxScratchKept = 4;
   std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per-peer point-to-point message counters
   // Peers whose connection may still hold bytes we committed (set when a send completes,
   // cleared once sendPending() says no), so idle connections are not polled.
   std::vector<char> mayHoldBytes_;
   size_t pending_ = 0;
   size_t sliceBytes_;
+  std::chrono::microseconds aliveCheck_;  // XCCL_ALIVE_CHECK_US
   bool streamingStores_ = false;
   int anyStart_ = 0;
   shm::Doorbell* bell_ = nullptr;

@@ -28,7 +28,7 @@ void chainRun(Exchange& ex, const CollArgs& args) {
   const int link = mod(ex.ringPos(ex.rank()) - ex.ringPos(args.root), n);
   const size_t elemSize = dtypeSize(args.dtype);
   // Calls fn(first element, elements) for every chunk.
-  auto eachChunk = [&](auto&& fn) { forEachPiece(args.count, elemSize, chainChunkBytes(), fn); };
+  auto eachChunk = [&](auto&& fn) { forEachPiece(args.count, elemSize, ex.tuning().chainChunk, fn); };
   if (link == n - 1) {
     eachChunk([&](size_t first, size_t elems) {
       ex.send(ex.ringPrev(), at(args.sendbuf, first * elemSize), elems * elemSize);
@@ -42,7 +42,7 @@ void chainRun(Exchange& ex, const CollArgs& args) {
   } else {
     // Every chunk is posted at once; its partial lands in a temporary the size of the
     // buffer and is forwarded toward the root as it is reduced (Exchange::sendForward).
-    DeviceBuffer partials(ex.device(), args.count * elemSize);
+    DeviceBuffer partials(ex, args.count * elemSize);
     eachChunk([&](size_t first, size_t elems) {
       const size_t off = first * elemSize;
       ex.sendForward(ex.ringPrev(),
@@ -63,7 +63,7 @@ void directRun(Exchange& ex, const CollArgs& args) {
     ex.wait();
     return;
   }
-  FoldInputs in(ex.device(), n, me, args.sendbuf, args.recvbuf, bytes);
+  FoldInputs in(ex, n, me, args.sendbuf, args.recvbuf, bytes);
   for (int peer = 0; peer < n; ++peer) {
     if (peer != me) ex.recv(peer, in.slot(peer), bytes);
   }
@@ -75,7 +75,7 @@ bool chainSupports(const CollArgs&, const Exchange&) { return true; }
 
 // Declines when the root's temporary (one buffer per rank) would be too large.
 bool directSupports(const CollArgs& args, const Exchange& ex) {
-  return directTempFits(args.count * dtypeSize(args.dtype), ex.nranks());
+  return directTempFits(ex, args.count * dtypeSize(args.dtype), ex.nranks());
 }
 
 }  // namespace

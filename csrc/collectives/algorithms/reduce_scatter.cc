@@ -33,7 +33,7 @@ void ringRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), p = ex.ringPos(ex.rank());
   const size_t blockBytes = args.count * dtypeSize(args.dtype);
   const auto& ring = ex.ring();
-  DeviceBuffer slots(ex.device(), n > 2 ? (n - 2) * blockBytes : 0);
+  DeviceBuffer slots(ex, n > 2 ? (n - 2) * blockBytes : 0);
   ex.send(ex.ringNext(), at(args.sendbuf, ring[mod(p - 1, n)] * blockBytes), blockBytes);
   for (int s = 0; s < n - 1; ++s) {
     const int recvRank = ring[mod(p - 2 - s, n)];
@@ -49,7 +49,7 @@ void directRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), me = ex.rank();
   const size_t blockBytes = args.count * dtypeSize(args.dtype);
   const void* mine = at(args.sendbuf, me * blockBytes);
-  FoldInputs in(ex.device(), n, me, mine, args.recvbuf, blockBytes);
+  FoldInputs in(ex, n, me, mine, args.recvbuf, blockBytes);
   for (int i = 1; i < n; ++i) {
     int peer = (me + i) % n;
     ex.send(peer, at(args.sendbuf, peer * blockBytes), blockBytes);
@@ -66,7 +66,7 @@ bool ringSupports(const CollArgs&, const Exchange&) { return true; }
 
 // Declines when the temporary (one block per rank) would be too large.
 bool directSupports(const CollArgs& args, const Exchange& ex) {
-  return directTempFits(args.count * dtypeSize(args.dtype), ex.nranks());
+  return directTempFits(ex, args.count * dtypeSize(args.dtype), ex.nranks());
 }
 
 }  // namespace

@@ -23,21 +23,23 @@
 namespace xccl {
 namespace algo {
 
-// Device memory owned for the duration of one collective (freed on every exit path).
+// Device memory owned for the duration of one collective (given back on every exit path);
+// small ones come from the engine's reused temporaries (Exchange::takeScratch).
 class DeviceBuffer {
  public:
-  DeviceBuffer(Device& device, size_t bytes)
-      : device_(device), ptr_(bytes > 0 ? device.alloc(bytes) : nullptr) {}
+  DeviceBuffer(Exchange& ex, size_t bytes) : ex_(ex) {
+    if (bytes > 0) s_ = ex.takeScratch(bytes);
+  }
   ~DeviceBuffer() {
-    if (ptr_ != nullptr) device_.free(ptr_);
+    if (s_.ptr != nullptr) ex_.giveScratch(s_);
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  char* get() const { return static_cast<char*>(ptr_); }
+  char* get() const { return s_.ptr; }
 
  private:
-  Device& device_;
-  void* ptr_;
+  Exchange& ex_;
+  Exchange::Scratch s_;
 };
 
 inline char* at(void* base, size_t byteOffset) { return static_cast<char*>(base) + byteOffset; }
@@ -65,21 +67,18 @@ void forEachPiece(size_t elems, size_t elemSize, size_t pieceBytes, Fn&& fn) {
   for (size_t done = 0; done < elems; done += per) fn(done, std::min(per, elems - done));
 }
 
-// Knobs shared by several schedules.
-XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10)         // broadcast/reduce chain chunk
-XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20)  // cap on a direct fold's temporary
-
 // A piece-size knob: a positive value is bytes per message (at least one element is always
 // sent); 0 or less means no cutting, one message for the whole block.
 inline size_t pieceBytesKnob(int64_t value) {
   return value <= 0 ? SIZE_MAX : static_cast<size_t>(value);
 }
 
-inline size_t chainChunkBytes() { return pieceBytesKnob(xcclParamChainChunk()); }
-// Whether a "direct" reduction may hold one `bytes` buffer per rank in a temporary; the
-// direct algorithms decline (and the selector falls back) when it would not.
-inline bool directTempFits(size_t bytes, int nranks) {
-  return bytes * static_cast<size_t>(nranks) <= static_cast<size_t>(xcclParamDirectTempMax());
+// Whether a "direct" reduction may hold one `bytes` buffer per rank in a temporary
+// (XCCL_DIRECT_TEMP_MAX); the direct algorithms decline (and the selector falls back) when
+// it would not.
+inline bool directTempFits(const Exchange& ex, size_t bytes, int nranks) {
+  return bytes * static_cast<size_t>(nranks) <=
+         static_cast<size_t>(ex.tuning().directTempMax);
 }
 
 // (a mod n) for possibly negative a.
@@ -102,7 +101,7 @@ std::vector<Algorithm> barrierAlgorithms();        // barrier.cc
 // copied into a slot of its own first.
 class FoldInputs {
  public:
-  FoldInputs(Device& device, int nranks, int me, const void* mine, const void* dst, size_t bytes);
+  FoldInputs(Exchange& ex, int nranks, int me, const void* mine, const void* dst, size_t bytes);
   // Where rank r's input is to be received (r != me).
   char* slot(int r) const { return slots_[r]; }
   // dst = fold of all inputs (dst may alias in[0] only, which the constructor ensures).

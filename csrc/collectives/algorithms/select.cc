@@ -51,6 +51,10 @@ XCCL_PARAM(TwolevelMinHosts, "TWOLEVEL_MIN_HOSTS", 3)
 // for each other: below ~2 MiB on a fast link the flat ring's single pipeline wins;
 // BENCHMARKS.md section 10).
 XCCL_PARAM(HierarchicalMin, "HIERARCHICAL_MIN", 2 << 20)
+// Knobs of the schedules (Tuning, exchange.h).
+XCCL_PARAM(RingSlice, "RING_SLICE", 512 << 10)           // ring message size
+XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10)         // broadcast/reduce chain chunk
+XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20)  // cap on a direct fold's temporary
 
 namespace {
 
@@ -79,11 +83,12 @@ const Algorithm* findAlgorithm(CollType type, const std::string& name) {
   return nullptr;
 }
 
-// The algorithm name XCCL_ALGO forces for `type`, or "" for automatic choice.
-std::string forcedName(CollType type) {
-  const std::string spec = xcclParamAlgo();
-  if (spec.empty()) return "";
-  std::string global, mine;
+// XCCL_ALGO parsed and checked: the algorithm it forces for each collective ("" for
+// automatic choice), indexed by CollType.
+std::vector<std::string> parseForced(const std::string& spec) {
+  std::vector<std::string> forced(static_cast<size_t>(CollType::kBarrier) + 1);
+  if (spec.empty()) return forced;
+  std::string global;
   size_t pos = 0;
   while (pos <= spec.size()) {
     size_t comma = spec.find(',', pos);
@@ -104,21 +109,28 @@ std::string forcedName(CollType type) {
       continue;
     }
     std::string coll = normalize(tok.substr(0, eq)), name = normalize(tok.substr(eq + 1));
-    bool collKnown = std::any_of(std::begin(kAllTypes), std::end(kAllTypes),
-                                 [&](CollType t) { return coll == collName(t); });
-    XCCL_CHECK(collKnown, "XCCL_ALGO='", spec, "': unknown collective '", coll, "'");
-    if (coll != collName(type)) continue;
-    XCCL_CHECK(findAlgorithm(type, name) != nullptr, "XCCL_ALGO='", spec, "': ", coll,
+    const CollType* type = std::find_if(std::begin(kAllTypes), std::end(kAllTypes),
+                                        [&](CollType t) { return coll == collName(t); });
+    XCCL_CHECK(type != std::end(kAllTypes), "XCCL_ALGO='", spec, "': unknown collective '", coll,
+               "'");
+    XCCL_CHECK(findAlgorithm(*type, name) != nullptr, "XCCL_ALGO='", spec, "': ", coll,
                " has no algorithm named '", name, "'");
-    mine = name;
+    forced[static_cast<size_t>(*type)] = name;
   }
-  if (!mine.empty()) return mine;
-  if (!global.empty() && findAlgorithm(type, global) != nullptr) return global;
-  return "";
+  for (CollType t : kAllTypes) {
+    std::string& mine = forced[static_cast<size_t>(t)];
+    if (mine.empty() && !global.empty() && findAlgorithm(t, global) != nullptr) mine = global;
+  }
+  return forced;
+}
+
+const std::string& forcedName(CollType type, const Exchange& ex) {
+  return ex.tuning().forced[static_cast<size_t>(type)];
 }
 
 // Candidate names for `args` in order of preference (the tuning table).
 std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
+  const Tuning& t = ex.tuning();
   const size_t bytes = args.count * dtypeSize(args.dtype);
   const size_t all = bytes * static_cast<size_t>(ex.nranks());
   auto bySize = [](size_t size, int64_t max, const char* small, const char* large) {
@@ -129,25 +141,25 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
     case CollType::kAllReduce: {
       const auto& hosts = ex.hosts();
       const bool multiHost = hosts.size() > 1;
-      if (bytes <= static_cast<size_t>(xcclParamAllreduceDirectMax())) {
-        if (multiHost && static_cast<int64_t>(hosts.size()) >= xcclParamTwolevelMinHosts()) {
+      if (bytes <= static_cast<size_t>(t.allreduceDirectMax)) {
+        if (multiHost && static_cast<int64_t>(hosts.size()) >= t.twolevelMinHosts) {
           return {"twolevel", "direct", "ring"};
         }
         return {"direct", "ring"};
       }
-      if (multiHost && bytes >= static_cast<size_t>(xcclParamHierarchicalMin())) {
+      if (multiHost && bytes >= static_cast<size_t>(t.hierarchicalMin)) {
         return {"hierarchical", "ring"};
       }
       return {"ring", "direct"};
     }
     case CollType::kBroadcast:
-      return bySize(bytes, xcclParamBroadcastDirectMax(), "direct", "chain");
+      return bySize(bytes, t.broadcastDirectMax, "direct", "chain");
     case CollType::kReduce:
-      return bySize(bytes, xcclParamReduceDirectMax(), "direct", "chain");
+      return bySize(bytes, t.reduceDirectMax, "direct", "chain");
     case CollType::kAllGather:
-      return bySize(all, xcclParamAllgatherDirectMax(), "direct", "ring");
+      return bySize(all, t.allgatherDirectMax, "direct", "ring");
     case CollType::kReduceScatter:
-      return bySize(all, xcclParamReducescatterDirectMax(), "direct", "ring");
+      return bySize(all, t.reducescatterDirectMax, "direct", "ring");
     default:
       return {};  // the first registered algorithm that accepts the call
   }
@@ -307,8 +319,25 @@ const std::vector<Algorithm>& allAlgorithms() {
   return all;
 }
 
+Tuning readTuning() {
+  Tuning t;
+  t.algoSpec = xcclParamAlgo();
+  t.forced = parseForced(t.algoSpec);
+  t.allreduceDirectMax = xcclParamAllreduceDirectMax();
+  t.broadcastDirectMax = xcclParamBroadcastDirectMax();
+  t.reduceDirectMax = xcclParamReduceDirectMax();
+  t.allgatherDirectMax = xcclParamAllgatherDirectMax();
+  t.reducescatterDirectMax = xcclParamReducescatterDirectMax();
+  t.twolevelMinHosts = xcclParamTwolevelMinHosts();
+  t.hierarchicalMin = xcclParamHierarchicalMin();
+  t.directTempMax = xcclParamDirectTempMax();
+  t.ringSlice = algo::pieceBytesKnob(xcclParamRingSlice());
+  t.chainChunk = algo::pieceBytesKnob(xcclParamChainChunk());
+  return t;
+}
+
 const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
-  const std::string forced = forcedName(args.type);
+  const std::string& forced = forcedName(args.type, ex);
   if (!forced.empty()) {
     const Algorithm* a = findAlgorithm(args.type, forced);
     if (!a->supports(args, ex)) {
@@ -353,7 +382,7 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   if (reduction && args.op == xcclPremulSum) {
     // Scale my whole input (reducescatter: all nranks blocks) and sum the scaled copies.
     size_t inputCount = args.count * (args.type == CollType::kReduceScatter ? ex.nranks() : 1);
-    scaled = std::make_unique<algo::DeviceBuffer>(ex.device(), inputCount * dtypeSize(args.dtype));
+    scaled = std::make_unique<algo::DeviceBuffer>(ex, inputCount * dtypeSize(args.dtype));
     ex.device().scale(scaled->get(), args.sendbuf, inputCount, args.dtype, args.scalar);
     run.sendbuf = scaled->get();
     run.op = xcclSum;

@@ -1,7 +1,9 @@
 #include "connection.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -210,6 +212,32 @@ bool processDead(int pid) {
   return state == 'Z' || state == 'X';
 }
 
+// Watches a peer process for its exit: a pidfd (Linux 5.3+) becomes readable when the process
+// terminates, zombie included, and a poll of it is one cheap syscall; where pidfds are not
+// available, /proc/<pid>/stat is read instead (a path lookup and a read per check).
+class ProcessWatch {
+ public:
+  explicit ProcessWatch(int pid) : pid_(pid) {
+#if defined(SYS_pidfd_open)
+    fd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#endif
+  }
+  ~ProcessWatch() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ProcessWatch(const ProcessWatch&) = delete;
+  ProcessWatch& operator=(const ProcessWatch&) = delete;
+  bool dead() const {
+    if (fd_ < 0) return processDead(pid_);
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+
+ private:
+  int pid_;
+  int fd_ = -1;
+};
+
 // One direction of one ring: the producer's or the consumer's end of `base[size]` with its
 // two counters. `mine` caches the counter this end writes.
 class RingEnd {
@@ -289,6 +317,7 @@ class ShmConnection : public Connection {
         recv_(std::move(recv)),
         device_(device),
         peerBell_(std::move(peerBell)),
+        watch_(peerPid),
         out_(byteRing(*send_, true)),
         in_(byteRing(*recv_, false)),
         outLane_(payloadRing(*send_, true)),
@@ -353,7 +382,7 @@ class ShmConnection : public Connection {
 
   std::string peerGone() override {
     if (peerClosedFlag()) return "closed its end";
-    if (peerPid_ != static_cast<int>(getpid()) && processDead(peerPid_)) {
+    if (peerPid_ != static_cast<int>(getpid()) && watch_.dead()) {
       return strCat("process ", peerPid_, " died");
     }
     return "";
@@ -437,6 +466,7 @@ class ShmConnection : public Connection {
   std::unique_ptr<Segment> send_, recv_;
   Device& device_;
   std::unique_ptr<Doorbell> peerBell_;
+  ProcessWatch watch_;
   RingEnd out_, in_, outLane_, inLane_;
   const bool split_, peerSplit_;
   std::atomic<bool> closed_{false};
