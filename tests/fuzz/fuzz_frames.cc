@@ -1,8 +1,12 @@
 // The progress engine reading a peer's byte stream (algorithms/exchange.cc: frame headers,
-// payloads, pads, abort frames), from any bytes. Rank 1 of 2 posts a receive, a reducing
-// receive or a receive-from-any chosen by the input's first byte; the peer's "stream" is the
-// rest of the input, after which the peer has gone. wait() must complete or throw (bad frame,
-// mismatch, peer gone, timeout), never crash, hang or read outside the posted buffers.
+// payloads, pads, abort frames, peer-read frames and their references), from any bytes.
+// Rank 1 of 2 posts a receive, a reducing receive, a receive-from-any, or (mode 3) a receive
+// on an xdev engine whose peer may send peer-read frames: references to xdev buffers, which a
+// mutated input turns into references to anything; the peer's "stream" is the rest of the
+// input, after which the peer has gone. wait() must complete or throw (bad frame, mismatch,
+// bad reference, peer gone, timeout), never crash, hang or read outside the posted buffers.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +14,7 @@
 #include "common/error.h"
 #include "device/device.h"
 #include "fuzz.h"
+#include "xdev_runtime.h"
 
 namespace {
 
@@ -35,6 +40,9 @@ class FakeConnection : public xccl::Connection {
   void close() override {}
   const char* kind() const override { return "SHM"; }
   int peer() const override { return 0; }
+  // The peer is this very process (its xdev buffers are the seeds' references).
+  bool peerReads() const override { return true; }
+  int peerPid() const override { return static_cast<int>(getpid()); }
 
  private:
   std::string in_;
@@ -51,11 +59,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   (void)once;
   if (size < 2) return 0;
-  const int mode = data[0] % 3;
+  const int mode = data[0] % 4;
   const size_t count = 1 + data[1] % 64;  // float32 elements posted
   FakeConnection conn(std::string(reinterpret_cast<const char*>(data) + 2, size - 2));
   std::atomic<bool> abortFlag{false};
-  xccl::Exchange ex(1, 2, xccl::getDevice("host", 0), {&conn, nullptr}, {0, 1}, abortFlag);
+  xccl::Exchange ex(1, 2, xccl::getDevice(mode == 3 ? "xdev" : "host", 0), {&conn, nullptr},
+                    {0, 1}, abortFlag);
   xccl::CollArgs args;
   args.type = mode == 2 ? xccl::CollType::kRecvAny : xccl::CollType::kAllReduce;
   args.count = count;
@@ -65,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = count; i < dst.size(); ++i) dst[i] = guard;
   int any = -1;
   try {
-    if (mode == 0) ex.recv(0, dst.data(), count * sizeof(float));
+    if (mode == 0 || mode == 3) ex.recv(0, dst.data(), count * sizeof(float));
     if (mode == 1) ex.recvReduce(0, dst.data(), local.data(), count, xcclFloat32, xcclSum);
     if (mode == 2) ex.recvAny(dst.data(), count * sizeof(float), &any);
     ex.wait();
@@ -95,8 +104,35 @@ std::vector<std::string> xcclFuzzSeeds() {
     void close() override {}
     const char* kind() const override { return "SHM"; }
     int peer() const override { return 1; }
+    bool peerReads() const override { return true; }
+    int peerPid() const override { return static_cast<int>(getpid()); }
   };
   std::vector<std::string> seeds;
+  // Mode 3: peer-read frames naming xdev buffers of this process (kept for the whole run).
+  setenv("XCCL_PEER_READ_MIN", "4", 1);
+  for (size_t count : {size_t{1}, size_t{16}, size_t{64}}) {
+    static std::vector<void*> buffers;
+    void* src = nullptr;
+    if (xdevMalloc(&src, count * sizeof(float)) != xdevSuccess) break;
+    buffers.push_back(src);
+    for (size_t i = 0; i < count; ++i) static_cast<float*>(src)[i] = 1.5f;
+    Capture cap;
+    std::atomic<bool> abortFlag{false};
+    xccl::Exchange ex(0, 2, xccl::getDevice("xdev", 0), {nullptr, &cap}, {0, 1}, abortFlag);
+    xccl::CollArgs args;
+    args.count = count;
+    ex.beginOp(xccl::signatureOf(args), 7, xccl::Deadline::after(200));
+    ex.send(1, src, count * sizeof(float));
+    try {
+      ex.wait();  // never read by a peer: times out once the frame is out
+    } catch (const xccl::Error&) {
+    }
+    std::string head(2, '\0');
+    head[0] = 3;
+    head[1] = static_cast<char>(count - 1);
+    seeds.push_back(head + cap.out);
+  }
+  unsetenv("XCCL_PEER_READ_MIN");
   for (int mode = 0; mode < 3; ++mode) {
     for (size_t count : {size_t{1}, size_t{5}, size_t{16}}) {
       Capture cap;
