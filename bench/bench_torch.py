@@ -19,6 +19,7 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -424,6 +425,9 @@ def main():
     p.add_argument("--timeout", type=float, default=900, help="hard timeout per launch (s)")
     p.add_argument("--pg-timeout", type=float, default=300, help="process-group timeout (s)")
     p.add_argument("--no-memcpy", action="store_true")
+    p.add_argument("--compete", type=int, default=0,
+                   help="run N CPU-bound processes (busy loops) beside the ranks, to measure "
+                        "under load (issue 15's fairness goal)")
     p.add_argument("--name", default=None, help="result name (default collectives_<date>)")
     p.add_argument("--json", default=None, help="default bench/results/<name>.json")
     p.add_argument("--quiet", dest="progress", action="store_false",
@@ -458,6 +462,30 @@ def main():
         out["memcpy"] = measure_memcpy()
         print_memcpy(out["memcpy"])
 
+    competitors = start_competitors(a.compete)
+    try:
+        failed = run_world_sizes(a, out, cpus)
+    finally:
+        for c in competitors:
+            c.kill()
+            c.wait()
+    out["competitors"] = a.compete
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"\nwrote {path}")
+    return 1 if failed else 0
+
+
+def start_competitors(n):
+    """n processes spinning in a loop: compute that shares the cores with the ranks."""
+    if n:
+        print(f"\n{n} CPU-bound competitor process(es) run beside the ranks", flush=True)
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def run_world_sizes(a, out, cpus):
     failed = False
     for n in a.world_sizes:
         if n > cpus:
@@ -478,12 +506,7 @@ def main():
         if any(not (r["xccl"]["correct"] and r["gloo"]["correct"]) for r in run["results"]):
             failed = True
             print("\nWRONG RESULTS above: those timings are invalid.")
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-    print(f"\nwrote {path}")
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

@@ -232,9 +232,6 @@ struct Triggers {
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<bool> exiting{false};
-  // After asking peers to dump: the stores to watch and their group sizes, until exit.
-  std::mutex askedMu;
-  std::vector<std::pair<c10::intrusive_ptr<c10d::Store>, int>> asked;
 };
 
 Triggers& triggers() {
@@ -298,40 +295,37 @@ void installSignal() {
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
-// At exit, a process that asked its peers to dump waits (at most kPeerWait) until every
-// member of its groups has, so that its exit does not take the store (hosted by rank 0's
-// process) away before the others saw the request. Not before raising: the error reaches
-// the caller at once (a rank's detection time is not lengthened by the dump).
-void waitForPeerDumps() {
-  Triggers& t = triggers();
-  std::vector<std::pair<c10::intrusive_ptr<c10d::Store>, int>> asked;
-  {
-    std::lock_guard<std::mutex> g(t.askedMu);
-    asked.swap(t.asked);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + kPeerWait;
-  for (auto& [store, size] : asked) {
-    try {
-      while (store->add(kDumpedKey, 0) < size && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    } catch (const std::exception&) {
-    }
-  }
+// Telling the peers (the request and the count of dumps, in each group's store) happens on
+// a thread of its own: the store lives in rank 0's process, which may be the very peer that
+// is gone, or behind a cut link, and a store call there can block for minutes. The failing
+// rank's error is raised at once, whatever the store does.
+//
+// At exit, a process that asked its peers to dump waits (at most kPeerWait in all) until
+// every member of its groups has, so that its exit does not take the store away before the
+// others saw the request; a store call that blocks does not hold the exit past kPeerWait.
+struct Teller {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = true;
+};
+
+Teller& teller() {
+  static Teller* t = new Teller();  // never freed: the thread may outlive static destruction
+  return *t;
 }
 
-// The automatic dump (failure, timeout, abort, a peer's request), once per process. Every
-// process that makes it counts itself in each group's kDumpedKey; one that failed also sets
-// kPeerKey there and, at exit, waits for the others (waitForPeerDumps).
-void autoDump(const std::string& reason, bool askPeers) noexcept {
-  Triggers& t = triggers();
-  if (!FlightRecorder::get().enabled() || t.autoDumped.exchange(true)) return;
-  dumpAndLog(reason);
-  const auto groups = FlightRecorder::get().groups();
-  const std::string request = "rank " + std::to_string(identity(groups).rank) + ": " + reason;
+void waitForPeerDumps() {
+  Teller& t = teller();
+  std::unique_lock<std::mutex> lk(t.mu);
+  t.cv.wait_for(lk, kPeerWait, [&] { return t.done; });
+}
+
+void tellPeers(std::vector<FlightGroup> groups, std::string request, bool askPeers) {
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Store>, int>> stores;
   for (const auto& g : groups) {
-    auto store = g.store.lock();
-    if (!store) continue;
+    if (auto store = g.store.lock()) stores.emplace_back(std::move(store), g.size);
+  }
+  for (auto& [store, size] : stores) {
     try {
       if (askPeers) store->set(kPeerKey, std::vector<uint8_t>(request.begin(), request.end()));
       store->add(kDumpedKey, 1);
@@ -339,13 +333,46 @@ void autoDump(const std::string& reason, bool askPeers) noexcept {
       // a store that is gone (its host exited) has nobody left to tell
     }
   }
-  if (!askPeers) return;
-  {
-    std::lock_guard<std::mutex> g(t.askedMu);
-    for (const auto& grp : groups) {
-      if (auto store = grp.store.lock()) t.asked.emplace_back(std::move(store), grp.size);
+  if (askPeers) {
+    const auto deadline = std::chrono::steady_clock::now() + kPeerWait;
+    for (auto& [store, size] : stores) {
+      try {
+        while (store->add(kDumpedKey, 0) < size && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      } catch (const std::exception&) {
+      }
     }
   }
+  Teller& t = teller();
+  {
+    std::lock_guard<std::mutex> g(t.mu);
+    t.done = true;
+  }
+  t.cv.notify_all();
+}
+
+// The automatic dump (failure, timeout, abort, a peer's request), once per process: the file
+// now, then the peers told on a thread (tellPeers). Every process that makes it counts itself
+// in each group's kDumpedKey; one that failed also sets kPeerKey there and, at exit, waits
+// for the others (waitForPeerDumps).
+void autoDump(const std::string& reason, bool askPeers) noexcept {
+  Triggers& t = triggers();
+  if (!FlightRecorder::get().enabled() || t.autoDumped.exchange(true)) return;
+  dumpAndLog(reason);
+  auto groups = FlightRecorder::get().groups();
+  std::string request = "rank " + std::to_string(identity(groups).rank) + ": " + reason;
+  {
+    std::lock_guard<std::mutex> g(teller().mu);
+    teller().done = false;
+  }
+  try {
+    std::thread(tellPeers, std::move(groups), std::move(request), askPeers).detach();
+  } catch (const std::exception&) {
+    std::lock_guard<std::mutex> g(teller().mu);
+    teller().done = true;
+  }
+  if (!askPeers) return;
   static std::once_flag atExit;
   std::call_once(atExit, [] { std::atexit(waitForPeerDumps); });
 }
