@@ -60,6 +60,50 @@ xcclResult_t allreduce(xcclComm_t comm, float* buf, size_t count) {
   return r == xcclSuccess ? xcclEventWait(&ev, -1) : r;
 }
 
+// Ranks as threads of one process (the sanitizer builds' case: no fork): every message of
+// 64 bytes or more is read in place, through every collective's schedule.
+TEST(PeerRead, ThreadRanksOnXdevEveryCollective) {
+  ScopedEnv min("XCCL_PEER_READ_MIN", "64");
+  const int n = 3;
+  const size_t count = 70001;
+  xccl_test::MemoryStore store;
+  xccl_test::runThreads(n, [&](int rank) {
+    ASSERT_EQ(xdevSetDevice(rank), xdevSuccess);
+    xcclConfig_t cfg{};
+    cfg.device = rank;
+    cfg.deviceType = xcclDeviceXdev;
+    cfg.timeout_ms = 60000;
+    xcclComm_t comm = nullptr;
+    xccl_test::check(xcclCommInitRankStore(&comm, n, rank, store.c(), "pr/", &cfg), nullptr);
+    float *a = nullptr, *g = nullptr, *r = nullptr;
+    ASSERT_EQ(xdevMalloc(reinterpret_cast<void**>(&a), count * n * sizeof(float)), xdevSuccess);
+    ASSERT_EQ(xdevMalloc(reinterpret_cast<void**>(&g), count * n * sizeof(float)), xdevSuccess);
+    ASSERT_EQ(xdevMalloc(reinterpret_cast<void**>(&r), count * sizeof(float)), xdevSuccess);
+    std::vector<float> host(count * n);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = float(i % 31 + rank);
+    xdevMemcpy(a, host.data(), host.size() * sizeof(float), xdevMemcpyHostToDevice);
+    xccl_test::check(xcclAllReduce(a, a, count, xcclFloat32, xcclSum, comm, nullptr), comm);
+    xccl_test::check(xcclAllGather(a, g, count, xcclFloat32, comm, nullptr), comm);
+    xccl_test::check(xcclReduceScatter(g, r, count, xcclFloat32, xcclSum, comm, nullptr), comm);
+    xccl_test::check(xcclBroadcast(a, a, count, xcclFloat32, 2, comm, nullptr), comm);
+    ASSERT_EQ(xdevDeviceSynchronize(), xdevSuccess);
+    std::vector<float> ga(count * n), gr(count), ab(count);
+    xdevMemcpy(ga.data(), g, ga.size() * sizeof(float), xdevMemcpyDeviceToHost);
+    xdevMemcpy(gr.data(), r, gr.size() * sizeof(float), xdevMemcpyDeviceToHost);
+    xdevMemcpy(ab.data(), a, ab.size() * sizeof(float), xdevMemcpyDeviceToHost);
+    for (size_t i = 0; i < count; ++i) {
+      const float sum = float(n * (i % 31) + n * (n - 1) / 2);  // the allreduce, on every rank
+      ASSERT_EQ(ab[i], sum) << "allreduce/broadcast, rank " << rank << " i " << i;
+      for (int q = 0; q < n; ++q) ASSERT_EQ(ga[q * count + i], sum) << "allgather";
+      ASSERT_EQ(gr[i], sum * n) << "reducescatter";
+    }
+    xdevFree(a);
+    xdevFree(g);
+    xdevFree(r);
+    xccl_test::check(xcclCommDestroy(comm), nullptr);
+  });
+}
+
 TEST(PeerRead, InPlaceRingAllreducesStayExact) {
   ScopedEnv ring("XCCL_ALGO", "allreduce=ring");
   const int n = 3;
