@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -182,11 +185,58 @@ xcclResult_t grouped(const std::function<xcclResult_t()>& body) {
 
 // ---------------------------------------------------------------- store adapter
 
+namespace {
+
+// Runs fn on a thread of its own and waits at most `ms` for it. Returns false when fn did not
+// finish in time: the thread is then left to finish, or to stay blocked, on its own (it holds
+// what it uses: fn owns the store and its results through shared pointers). An exception of
+// fn is rethrown here.
+template <typename F>
+bool callBounded(F fn, int64_t ms) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  auto st = std::make_shared<State>();
+  std::thread([st, fn = std::move(fn)]() mutable {
+    std::exception_ptr error;
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> g(st->mu);
+    st->done = true;
+    st->error = error;
+    st->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lk(st->mu);
+  if (!st->cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return st->done; })) return false;
+  if (st->error) std::rethrow_exception(st->error);
+  return true;
+}
+
+std::runtime_error unanswered(const StoreCtx& c, const char* what, const char* key) {
+  return std::runtime_error(std::string("the store did not answer ") + what + "(" + key +
+                            ") within " + std::to_string(c.callTimeoutMs) +
+                            " ms (TORCH_XCCL_STORE_CALL_TIMEOUT_MS): its host (MASTER_ADDR, "
+                            "rank 0's) is unreachable or stopped");
+}
+
+}  // namespace
+
 int storeSet(void* ctx, const char* key, const void* value, size_t len) {
+  auto* c = static_cast<StoreCtx*>(ctx);
   try {
-    auto* c = static_cast<StoreCtx*>(ctx);
     const auto* p = static_cast<const uint8_t*>(value);
-    c->store->set(key, std::vector<uint8_t>(p, p + len));
+    auto store = c->store;
+    std::string k = key;
+    std::vector<uint8_t> v(p, p + len);
+    if (!callBounded([store, k, v] { store->set(k, v); }, c->callTimeoutMs)) {
+      throw unanswered(*c, "set", key);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[torch_xccl] store set(%s) failed: %s\n", key, e.what());
@@ -197,12 +247,20 @@ int storeSet(void* ctx, const char* key, const void* value, size_t len) {
 int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms) {
   try {
     auto* c = static_cast<StoreCtx*>(ctx);
+    auto store = c->store;
+    const std::string k = key;
     if (timeout_ms >= 0) {
       // libxccl waits in short slices (to see its deadline and abort flag). A Store::wait
       // with a timeout makes torch's TCPStore log two warnings per expiry, a flood while a
       // peer is late: poll with check(), which never waits, instead.
       auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-      while (!c->store->check({key})) {
+      auto present = std::make_shared<bool>(false);
+      for (;;) {
+        if (!callBounded([store, k, present] { *present = store->check({k}); },
+                         c->callTimeoutMs)) {
+          throw unanswered(*c, "check", key);
+        }
+        if (*present) break;
         auto now = std::chrono::steady_clock::now();
         if (now >= end) return 1;  // a bounded wait ran out: libxccl asks again, no log
         std::this_thread::sleep_for(
@@ -211,7 +269,11 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
     } else {
       c->store->wait({key});
     }
-    std::vector<uint8_t> v = c->store->get(key);
+    auto got = std::make_shared<std::vector<uint8_t>>();
+    if (!callBounded([store, k, got] { *got = store->get(k); }, c->callTimeoutMs)) {
+      throw unanswered(*c, "get", key);
+    }
+    std::vector<uint8_t>& v = *got;
     *len = v.size();
     std::memcpy(value, v.data(), std::min(cap, v.size()));
     return 0;

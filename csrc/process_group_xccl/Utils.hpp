@@ -72,8 +72,13 @@ struct CopyBack {
 xcclResult_t grouped(const std::function<xcclResult_t()>& body);
 
 // ---- store adapter: xcclStore_t callbacks over a c10d Store
+// The c10d Store behind libxccl's rendezvous (xcclStore_t). Each store call runs on a thread
+// of its own and is given up after TORCH_XCCL_STORE_CALL_TIMEOUT_MS (10 s): torch's TCPStore
+// client reads its replies without a timeout, so a store whose host is cut off (no reset)
+// would hold the rank for as long as TCP retries, many minutes, past every deadline.
 struct StoreCtx {
   c10::intrusive_ptr<c10d::Store> store;
+  int64_t callTimeoutMs = envInt("TORCH_XCCL_STORE_CALL_TIMEOUT_MS", 10000);
 };
 int storeSet(void* ctx, const char* key, const void* value, size_t len);
 int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms);

@@ -74,12 +74,25 @@ void WorkXCCL::setEnd(std::shared_ptr<DeviceEvent> end) {
 
 WorkXCCL::Status WorkXCCL::poll(int64_t waitMs, xcclResult_t& r, std::string& detail) {
   r = xcclInProgress;
+  bool failed = false;
   bool open = comm_->use([&](xcclComm_t c) {
     r = waitMs > 0 ? xcclEventWait(&event_, waitMs) : xcclEventQuery(&event_);
-    if (r != xcclSuccess && r != xcclTimeout && r != xcclInProgress) detail = xcclGetLastError(c);
+    if (r == xcclTimeout || r == xcclInProgress) {
+      // xcclTimeout is also what an operation failed by its own deadline gives: when the
+      // communicator has failed and this operation is not done, it is the one that failed
+      // (operations complete in order), and the communicator's error says what it waited for.
+      xcclResult_t async = xcclSuccess;
+      if (xcclCommGetAsyncError(c, &async) == xcclSuccess && async != xcclSuccess) {
+        r = async;
+        failed = true;
+      }
+    } else if (r != xcclSuccess) {
+      failed = true;
+    }
+    if (failed) detail = xcclGetLastError(c);
   });
   if (!open) return Status::kClosed;
-  if (r == xcclTimeout || r == xcclInProgress) return Status::kRunning;
+  if (!failed && (r == xcclTimeout || r == xcclInProgress)) return Status::kRunning;
   if (r != xcclSuccess) return Status::kFailed;
   if (end_) {
     // The collective is done; what remains on the stream is its post step (copies).

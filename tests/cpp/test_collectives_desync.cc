@@ -147,6 +147,34 @@ INSTANTIATE_TEST_SUITE_P(All, Desync,
                                   std::to_string(info.param.count);
                          });
 
+// Over TCP a failing rank's stream to a peer is often in the middle of a frame, where no
+// abort frame fits; its note then travels on the heartbeat socket, so every rank that fails
+// names the root cause (the mismatch), not only "connection lost". Repeated: it was a race.
+TEST(DesyncTcp, EveryRankThatFailsNamesTheMismatch) {
+  xccl_test::ScopedEnv tcp("XCCL_SHM_DISABLE", "1");
+  const size_t n = 1 << 20;
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    ThreadWorld world(3, nullptr, /*timeoutMs=*/60000);
+    world.run([&](int rank, xcclComm_t comm) {
+      Buf in(xcclFloat32, n + 1), out(xcclFloat32, n + 1);
+      in.fill(1);
+      const size_t count = rank == 2 ? n + 1 : n;
+      xcclResult_t r = xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclSum, comm,
+                                     nullptr);
+      if (r == xcclSuccess) r = waitResult(comm);
+      if (r == xcclSuccess) {
+        r = xcclBarrier(comm, nullptr);
+        if (r == xcclSuccess) r = waitResult(comm);
+      }
+      ASSERT_NE(r, xcclSuccess) << "rank " << rank;
+      const std::string err = xcclGetLastError(comm);
+      EXPECT_NE(err.find("collective mismatch"), std::string::npos)
+          << "rank " << rank << ": " << err;
+    });
+  }
+}
+
 // Point-to-point: a send and its receive that disagree on dtype fail on both sides.
 TEST(DesyncP2P, SendAndReceiveOfDifferentDtypesFailNamingBoth) {
   ThreadWorld world(2);

@@ -211,6 +211,41 @@ TEST_P(StoppedPeer, BriefStopIsNotAFailure) {
   EXPECT_EQ(codes[1], 0);
 }
 
+// A send whose last bytes sit in the TCP user-space ring (the message is committed, the
+// socket full because the peer stopped reading) waits for them to leave before it reports
+// completion: the peer's silence must end that wait too, not only waits on posted messages.
+// (Point-to-point: no check frame, so nothing else is posted for the peer.)
+TEST(Heartbeat, BytesParkedForAStoppedPeerDoNotEscapeIt) {
+  ScopedEnv shm("XCCL_SHM_DISABLE", "1");
+  ScopedEnv ring("XCCL_SOCKET_BUFFSIZE", std::to_string(96 << 20).c_str());
+  ScopedEnv interval("XCCL_HEARTBEAT_MS", "100");
+  ScopedEnv timeout("XCCL_HEARTBEAT_TIMEOUT_MS", "1000");
+  auto codes = runRanks(
+      2,
+      [&](int rank, xcclComm_t comm) {
+        if (allreduceOnce(comm, 2, 1024) != xcclSuccess) return 4;
+        if (rank == 1) raise(SIGSTOP);
+        const size_t count = 16u << 20;  // 64 MiB: more than the kernel's socket buffers hold
+        std::vector<float> a(count, 1.0f);
+        auto t0 = Clock::now();
+        xcclResult_t r = xcclSend(a.data(), count, xcclFloat32, 1, comm, nullptr);
+        if (r == xcclSuccess) {
+          xcclEvent_t ev;
+          r = xcclEventRecord(&ev, comm);
+          if (r == xcclSuccess) r = xcclEventWait(&ev, -1);
+        }
+        const double took = secondsSince(t0);
+        fprintf(stderr, "rank 0: %s after %.2f s: %s\n", xcclGetErrorString(r), took,
+                xcclGetLastError(comm));
+        if (r == xcclSuccess) return 5;
+        if (took > 0.1 + 1.0 + 3.0) return 6;
+        if (std::string(xcclGetLastError(comm)).find("rank 1") == std::string::npos) return 7;
+        return 0;
+      },
+      {1});
+  EXPECT_EQ(codes[0], 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, StoppedPeer, testing::Values("shm", "tcp"),
                          [](const testing::TestParamInfo<const char*>& p) { return p.param; });
 

@@ -1,7 +1,9 @@
 // The engine's failure paths: checking a peer's header against our call, abort frames
 // and notes (a failing rank's reason reaches its peers), a peer that left or went silent,
 // and the deadline. Every message names the ranks, the call and what was still pending.
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/error.h"
 #include "exchange.h"
@@ -93,7 +95,15 @@ void Exchange::sendAbortFrames(const std::string& why) {
 // by whoever waits on it, whose failure closes its connections and so reaches us.
 void Exchange::checkPeers() {
   for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || !conns_[p] || !posted(p)) continue;
+    if (p == rank_ || !conns_[p]) continue;
+    if (!posted(p)) {
+      // Bytes parked for it (TCP: still in our user-space ring) keep the wait busy too: a
+      // peer that went silent will never take them.
+      if (!mayHoldBytes_[p]) continue;
+      const std::string why = conns_[p]->silence();
+      if (!why.empty()) failPeerGone(p, why, /*silent=*/true);
+      continue;
+    }
     std::string why = conns_[p]->peerGone();
     if (why.empty()) {
       // Silent (heartbeats, core/heartbeat.h) but not gone: nothing more will come from it.
@@ -139,6 +149,12 @@ void Exchange::failPeerGone(int peer, const std::string& why, bool silent) {
   preferMismatch();
   std::string reason = abortReason(peer);
   if (reason.empty()) reason = conns_[peer]->peerNote();
+  // A departed (not silent) peer may have failed and left a note that trails its departure.
+  const auto lagEnd = Clock::now() + std::chrono::milliseconds(conns_[peer]->noteLagMs());
+  while (reason.empty() && !silent && Clock::now() < lagEnd) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    reason = conns_[peer]->peerNote();
+  }
   if (!reason.empty()) throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", reason));
   std::string what;
   if (!sends_[peer].empty()) {
@@ -151,8 +167,10 @@ void Exchange::failPeerGone(int peer, const std::string& why, bool silent) {
     const PendingMsg& m = *recvs_[peer].front();
     what = m.bytes == 0 ? std::string("waiting for a header-only message from it")
                         : strCat("receiving ", m.bytes - m.done, " of ", m.bytes, " bytes from it");
-  } else {
+  } else if (recvAny_) {
     what = "receiving from any rank";
+  } else {
+    what = "handing it bytes it had not taken yet (still in this rank's send buffer)";
   }
   if (silent) {
     throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " (", conns_[peer]->kind(),
@@ -178,6 +196,9 @@ void Exchange::failTimeout() {
     }
   }
   if (recvAny_) what += " recv from any rank;";
+  for (int p = 0; p < nranks_; ++p) {
+    if (mayHoldBytes_[p] && sends_[p].empty()) what += strCat(" bytes sent to rank ", p, " leaving;");
+  }
   throw Timeout(strCat("rank ", rank_, ": ", collName(sig_.type), " #", collSeq_, " timed out after ",
                        deadline_.budgetMs(), " ms; waiting for:", what));
 }

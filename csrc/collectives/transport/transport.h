@@ -86,6 +86,9 @@ class Connection {
   // peerNote() is the peer's, "" when it left none or the transport has no such place.
   virtual void leaveNote(const std::string& /*why*/) {}
   virtual std::string peerNote() { return ""; }
+  // How long a peer's note may trail its departure (TCP: it travels on another socket than
+  // the end of the data); a rank blaming a departed peer waits that long for its note.
+  virtual int noteLagMs() const { return 0; }
 
   // Heartbeats (core/heartbeat.h). Called only by the communicator's heartbeat thread, never
   // by the engine: sendBeat() shows the peer that this process is alive (a word in shared

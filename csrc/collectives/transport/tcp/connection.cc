@@ -39,6 +39,8 @@ namespace {
 constexpr int kHandshakeMs = 5000;   // an accepted socket must finish its handshake within this
 constexpr int kCloseFlushMs = 2000;  // close() waits at most this long for unsent bytes
 constexpr int kCloseStallMs = 200;   // ... or this long without any of them leaving
+constexpr uint64_t kNoteMark = ~uint64_t{0};  // on the heartbeat socket: a note follows
+constexpr size_t kMaxNote = 1024;
 
 // A byte ring in ordinary (page-aligned) memory; counters only grow. `head` is atomic
 // because close() may run on another thread (abort) and must see committed bytes.
@@ -163,27 +165,43 @@ class TcpConnection : public Connection {
     return !closed_ && !sendBroken_ && send_.used() != 0;
   }
 
-  // A beat is 8 bytes on the heartbeat socket; when its buffer is full the peer is not
-  // reading beats either, so one lost is no loss.
+  // The heartbeat socket carries beats (8 bytes: a counter, never kNoteMark) and, once, a
+  // failing rank's note (kNoteMark, a 4-byte length, the text): the reason reaches the peer
+  // even when the data stream is in the middle of a frame, where no abort frame fits.
+  // Sends come from the heartbeat thread and the engine, reads from both: one mutex each.
+  // When the socket's buffer is full the peer is not reading beats either: one lost is no loss.
   void sendBeat() override {
+    std::lock_guard<std::mutex> g(beatSendMu_);
     const uint64_t n = ++beatsSent_;
     ::send(beat_.get(), &n, sizeof(n), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void leaveNote(const std::string& why) override {
+    std::lock_guard<std::mutex> g(beatSendMu_);
+    if (noteSent_ || why.empty()) return;
+    noteSent_ = true;
+    const uint32_t n = static_cast<uint32_t>(std::min(why.size(), kMaxNote));
+    std::string frame(reinterpret_cast<const char*>(&kNoteMark), sizeof(kNoteMark));
+    frame.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    frame.append(why.data(), n);
+    ::send(beat_.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  int noteLagMs() const override { return 100; }
+
+  std::string peerNote() override {
+    std::lock_guard<std::mutex> g(beatRecvMu_);
+    readBeats();
+    return peerNote_;
   }
 
   // Life = beats arrived, or data did (fill() counts it). A heartbeat socket that reached
   // EOF or failed proves nothing either way: the data sockets tell whether the peer left.
   bool heardFromPeer(std::string* /*note*/) override {
-    bool heard = false;
-    char buf[256];
-    for (;;) {
-      ssize_t got = ::recv(beat_.get(), buf, sizeof(buf), MSG_DONTWAIT);
-      if (got > 0) {
-        heard = true;
-        continue;
-      }
-      if (got < 0 && errno == EINTR) continue;
-      if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) heard = true;
-      break;
+    bool heard;
+    {
+      std::lock_guard<std::mutex> g(beatRecvMu_);
+      heard = readBeats();
     }
     const uint64_t received = bytesReceived_.load(std::memory_order_relaxed);
     heard |= received != lastReceived_;
@@ -245,6 +263,42 @@ class TcpConnection : public Connection {
     uint64_t chunkEnd = (at / chunk_ + 1) * chunk_;
     at += got;
     if (at == chunkEnd) at += (fds_.size() - 1) * chunk_;
+  }
+
+  // Drains the heartbeat socket (caller holds beatRecvMu_) and parses beats and the note.
+  // Returns whether anything arrived (or the socket ended: no verdict from it).
+  bool readBeats() {
+    bool heard = false;
+    char buf[512];
+    for (;;) {
+      ssize_t got = ::recv(beat_.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (got > 0) {
+        heard = true;
+        beatIn_.append(buf, static_cast<size_t>(got));
+        continue;
+      }
+      if (got < 0 && errno == EINTR) continue;
+      if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) heard = true;
+      break;
+    }
+    size_t pos = 0;
+    while (beatIn_.size() - pos >= sizeof(uint64_t)) {
+      uint64_t word;
+      std::memcpy(&word, beatIn_.data() + pos, sizeof(word));
+      if (word != kNoteMark) {
+        pos += sizeof(word);
+        continue;
+      }
+      uint32_t n = 0;
+      if (beatIn_.size() - pos < sizeof(word) + sizeof(n)) break;
+      std::memcpy(&n, beatIn_.data() + pos + sizeof(word), sizeof(n));
+      n = static_cast<uint32_t>(std::min<size_t>(n, kMaxNote));
+      if (beatIn_.size() - pos < sizeof(word) + sizeof(n) + n) break;
+      if (peerNote_.empty()) peerNote_.assign(beatIn_.data() + pos + sizeof(word) + sizeof(n), n);
+      pos += sizeof(word) + sizeof(n) + n;
+    }
+    beatIn_.erase(0, pos);
+    return heard;
   }
 
   // Ring -> sockets. Returns true when bytes left.
@@ -325,7 +379,11 @@ class TcpConnection : public Connection {
   std::mutex ioMu_;  // progress() vs close()
   bool closed_ = false;
   net::Fd beat_;                            // the heartbeat socket
-  uint64_t beatsSent_ = 0, lastReceived_ = 0;  // heartbeat thread only
+  std::mutex beatSendMu_, beatRecvMu_;
+  uint64_t beatsSent_ = 0;                  // under beatSendMu_
+  bool noteSent_ = false;                   // under beatSendMu_
+  std::string beatIn_, peerNote_;           // under beatRecvMu_
+  uint64_t lastReceived_ = 0;               // heartbeat thread only
   std::atomic<uint64_t> bytesReceived_{0};  // data bytes ever received (fill())
 };
 
