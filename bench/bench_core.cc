@@ -6,12 +6,15 @@
 // start, it measures single-thread memcpy bandwidth on buffers of the same sizes, the
 // limit a copy-based transport cannot beat. Prints a table and, with --json FILE, JSON.
 //
-//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller] [--json out.json]
+//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller | --xdev]
+//              [--json out.json]
 //
 // Each allreduce is waited for before the next (as a blocking collective): by default it
 // is enqueued for the progress thread and waited with xcclEventRecord + xcclEventWait;
 // --caller runs it on the calling thread instead (stream XCCL_STREAM_CALLER), the way the
-// torch backend runs blocking collectives.
+// torch backend runs blocking collectives. --xdev puts the buffers in xdev device memory
+// (rank i on xdev:i, an xdev communicator; the default stream), where messages of
+// XCCL_PEER_READ_MIN bytes or more are read in place by the peer (single copy).
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "xccl.h"
+#include "xdev_runtime.h"
 
 namespace {
 
@@ -64,17 +68,34 @@ void check(xcclResult_t r, const char* what) {
 
 // Runs inside one rank: returns the time per allreduce for each size (median of rounds).
 std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::vector<size_t>& sizes,
-                            int iters, bool onCaller) {
+                            int iters, bool onCaller, bool onXdev) {
   xcclComm_t comm;
-  check(xcclCommInitRank(&comm, nranks, id, rank), "init");
+  xcclConfig_t cfg{};
+  cfg.device = onXdev ? rank : -1;
+  cfg.deviceType = onXdev ? xcclDeviceXdev : xcclDeviceHost;
+  if (onXdev && xdevSetDevice(rank) != xdevSuccess) {
+    fprintf(stderr, "xdevSetDevice(%d): %s\n", rank, xdevGetLastErrorMessage());
+    exit(1);
+  }
+  check(xcclCommInitRankConfig(&comm, nranks, id, rank, &cfg), "init");
   std::vector<Result> out;
   for (size_t bytes : sizes) {
     size_t count = bytes / sizeof(float);
-    std::vector<float> send(count, 1.0f + rank), recv(count);
+    std::vector<float> hostSend(count, 1.0f + rank), hostRecv(count);
+    float* sendp = hostSend.data();
+    float* recvp = hostRecv.data();
+    if (onXdev && count > 0) {
+      if (xdevMalloc(reinterpret_cast<void**>(&sendp), bytes) != xdevSuccess ||
+          xdevMalloc(reinterpret_cast<void**>(&recvp), bytes) != xdevSuccess) {
+        fprintf(stderr, "xdevMalloc: %s\n", xdevGetLastErrorMessage());
+        exit(1);
+      }
+      xdevMemcpy(sendp, hostSend.data(), bytes, xdevMemcpyHostToDevice);
+    }
     int n = bytes <= 4096 ? iters * 50 : std::max(3, static_cast<int>(iters * (1 << 20) / bytes));
     xcclEvent_t ev;
     for (int w = 0; w < std::min(n, 20); ++w) {  // warm-up
-      check(xcclAllReduce(send.data(), recv.data(), count, xcclFloat32, xcclSum, comm, nullptr),
+      check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm, nullptr),
             "allreduce");
     }
     check(xcclBarrier(comm, nullptr), "barrier");
@@ -86,12 +107,12 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
       for (int i = 0; i < n; ++i) {
         // One op at a time, as a training step issues them: latency includes the handoff.
         if (onCaller) {
-          check(xcclAllReduce(send.data(), recv.data(), count, xcclFloat32, xcclSum, comm,
+          check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm,
                               XCCL_STREAM_CALLER),
                 "allreduce");
           continue;
         }
-        check(xcclAllReduce(send.data(), recv.data(), count, xcclFloat32, xcclSum, comm, nullptr),
+        check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm, nullptr),
               "allreduce");
         check(xcclEventRecord(&ev, comm), "record");
         check(xcclEventWait(&ev, -1), "wait");
@@ -99,6 +120,13 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
       rounds.push_back(seconds(t0, Clock::now()) / n * 1e6);
     }
     std::sort(rounds.begin(), rounds.end());
+    if (onXdev && count > 0) {
+      xdevDeviceSynchronize();
+      xdevMemcpy(hostRecv.data(), recvp, bytes, xdevMemcpyDeviceToHost);
+      xdevFree(sendp);
+      xdevFree(recvp);
+    }
+    const std::vector<float>& recv = hostRecv;
     float want = 0;
     for (int r = 0; r < nranks; ++r) want += 1.0f + r;
     if (count > 0 && (recv[0] != want || recv[count - 1] != want)) {
@@ -115,7 +143,7 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
 
 int main(int argc, char** argv) {
   int nranks = 2, iters = 20;
-  bool onCaller = false;
+  bool onCaller = false, onXdev = false;
   const char* json = nullptr;
   std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
@@ -126,6 +154,8 @@ int main(int argc, char** argv) {
       iters = atoi(argv[++i]);
     else if (a == "--caller")
       onCaller = true;
+    else if (a == "--xdev")
+      onXdev = true;
     else if (a == "--json" && i + 1 < argc)
       json = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) {
@@ -134,7 +164,7 @@ int main(int argc, char** argv) {
         sizes.push_back(strtoull(tok, nullptr, 0));
       }
     } else {
-      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--json FILE]\n",
+      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev] [--json FILE]\n",
               argv[0]);
       return 2;
     }
@@ -153,7 +183,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < nranks; ++r) {
     pid_t p = fork();
     if (p == 0) {
-      auto res = runRank(r, nranks, id, sizes, iters, onCaller);
+      auto res = runRank(r, nranks, id, sizes, iters, onCaller, onXdev);
       if (r == 0) std::copy(res.begin(), res.end(), shared);
       _exit(0);
     }
@@ -172,11 +202,16 @@ int main(int argc, char** argv) {
   const double factor = 2.0 * (nranks - 1) / nranks;
   printf("# bench_core: float32 allreduce, %d ranks (processes, shared memory), %ld cores, %s\n",
          nranks, sysconf(_SC_NPROCESSORS_ONLN),
-         onCaller ? "on the calling thread (XCCL_STREAM_CALLER)" : "enqueued + xcclEventWait");
+         onCaller ? "on the calling thread (XCCL_STREAM_CALLER)"
+         : onXdev ? "xdev device memory, enqueued + xcclEventWait"
+                  : "enqueued + xcclEventWait");
   printf("%12s %12s %12s %12s %14s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
          "memcpy(GB/s)", "bus/memcpy");
   FILE* jf = json ? fopen(json, "w") : nullptr;
-  if (jf) fprintf(jf, "{\"ranks\": %d, \"caller\": %s, \"results\": [", nranks, onCaller ? "true" : "false");
+  if (jf) {
+    fprintf(jf, "{\"ranks\": %d, \"caller\": %s, \"xdev\": %s, \"results\": [", nranks,
+            onCaller ? "true" : "false", onXdev ? "true" : "false");
+  }
   for (size_t i = 0; i < sizes.size(); ++i) {
     const Result& r = shared[i];
     double algbw = r.bytes / (r.usPerOp * 1e-6) / 1e9;
