@@ -21,6 +21,11 @@ import sys
 
 from setuptools import setup
 
+# The build needs torch, not our autoload hook: an earlier install whose checkout has moved
+# or gone leaves torch's entry point naming a module that no longer exists, and importing
+# torch would fail before this build could replace it.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
 try:
     from torch.utils.cpp_extension import BuildExtension, CppExtension
 except ImportError:  # pragma: no cover - a clear message instead of a traceback
