@@ -5,12 +5,17 @@
 # multi-process test carries a hard timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phase() { echo "== test.sh: $1 done at ${SECONDS} s"; }  # where CI's time goes
 bash scripts/setup.sh
+phase setup
 status=0
 ctest --test-dir build --output-on-failure --timeout 300 || status=1
-${PYTHON:-python3} -m pytest tests/python -q -rs --timeout=600 || status=1
+phase ctest
+${PYTHON:-python3} -m pytest tests/python -q -rs --timeout=600 --durations=15 || status=1
+phase pytest
 # The core suites and a fuzz sample under ASan + UBSan (XCCL_TEST_SANITIZED=0 skips it).
 if [ "${XCCL_TEST_SANITIZED:-1}" != 0 ]; then
   bash scripts/test_sanitized.sh || status=1
+  phase sanitized
 fi
 exit $status
