@@ -690,8 +690,8 @@ def cleanup_everything() -> None:
             r.kill()
 
 
-def run_all(args, transports: list[str]) -> list[dict]:
-    records = []
+def run_all(args, transports: list[str], records: list[dict]) -> list[dict]:
+    """Appends each finished run to records (the caller's list: an interrupt keeps them)."""
     specs = (plan(args.seed, i, args, transports)
              for i in range(args.first, args.first + args.runs))
     stop_early = False
@@ -795,7 +795,7 @@ def main(argv=None) -> int:
     records = []
     interrupted = False
     try:
-        records = run_all(args, transports)
+        run_all(args, transports, records)
     except (KeyboardInterrupt, Interrupted):
         STOP.set()
         interrupted = True

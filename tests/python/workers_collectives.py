@@ -316,6 +316,17 @@ def matrix(rank: int, world: int, device: str = "cpu") -> dict:
             for r in reqs:
                 r.wait()
             c.eq("isend_irecv.ring", buf, inp(prv, torch.float32))
+            # ... and one larger than the transports buffer (4 MiB against a 1 MiB SHM ring):
+            # every rank's send waits for its peer's receive, queued behind the send. On cpu
+            # the progress thread takes the irecv while the isend waits; on a device stream
+            # they are ordered, as NCCL's are (there, batch_isend_irecv: docs/PLUGIN.md).
+            if device == "cpu":
+                big_out = torch.arange(1 << 20, dtype=torch.float32) + rank
+                big = torch.zeros(1 << 20)
+                for r in [dist.isend(big_out, nxt), dist.irecv(big, prv)]:
+                    r.wait()
+                c.eq("isend_irecv.ring_4MiB", big,
+                     torch.arange(1 << 20, dtype=torch.float32) + prv)
             # batch_isend_irecv (coalesced)
             for dtype in [torch.float16, torch.int64]:
                 recv_buf = torch.zeros(N, dtype=dtype)

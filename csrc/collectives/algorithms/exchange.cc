@@ -138,6 +138,7 @@ MsgRef Exchange::newMsg() {
 }
 
 void Exchange::retire(std::deque<MsgRef>& q) {
+  if (q.front()->opLeft != nullptr) --*q.front()->opLeft;
   if (spare_.size() < kMaxSpare) spare_.push_back(std::move(q.front()));
   q.pop_front();
 }
@@ -158,6 +159,8 @@ void Exchange::send(int peer, const void* src, size_t bytes) {
   m->padLeft = padOf(bytes);
   m->seq = m->p2p ? p2pSent_[peer]++ : collSeq_;
   m->sig = sig_;
+  m->opLeft = opCounter_;
+  if (opCounter_ != nullptr) ++*opCounter_;
   sends_[peer].push_back(std::move(m));
   ++pending_;
 }
@@ -173,6 +176,8 @@ MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
   m->padLeft = padOf(bytes);
   m->seq = m->p2p ? p2pRecvd_[peer]++ : collSeq_;
   m->sig = sig_;
+  m->opLeft = opCounter_;
+  if (opCounter_ != nullptr) ++*opCounter_;
   recvs_[peer].push_back(m);
   ++pending_;
   return m;
@@ -195,6 +200,8 @@ MsgRef Exchange::recvReduce(int peer, void* dst, const void* local, size_t count
   m->padLeft = padOf(m->bytes);
   m->seq = collSeq_;
   m->sig = sig_;
+  m->opLeft = opCounter_;
+  if (opCounter_ != nullptr) ++*opCounter_;
   recvs_[peer].push_back(m);
   ++pending_;
   return m;
@@ -218,6 +225,8 @@ void Exchange::recvAny(void* dst, size_t bytes, int* peerOut) {
   m->padLeft = padOf(bytes);
   m->anyPeerOut = peerOut;
   m->sig = sig_;
+  m->opLeft = opCounter_;
+  if (opCounter_ != nullptr) ++*opCounter_;
   recvAny_ = std::move(m);
   ++pending_;
 }
@@ -449,6 +458,15 @@ bool Exchange::progressAll(bool* busy) {
   return progressed;
 }
 
+bool Exchange::holdsBytes() {
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_ || !mayHoldBytes_[p]) continue;
+    mayHoldBytes_[p] = conns_[p]->sendPending();
+    if (mayHoldBytes_[p]) return true;
+  }
+  return false;
+}
+
 bool Exchange::sleepOnDoorbell(int64_t timeoutUs) {
   if (bell_ == nullptr) return false;
   for (int p = 0; p < nranks_; ++p) {
@@ -465,7 +483,7 @@ bool Exchange::sleepOnDoorbell(int64_t timeoutUs) {
   return true;
 }
 
-void Exchange::wait() {
+void Exchange::wait(const std::function<bool()>& more) {
   Backoff backoff;
   auto lastCheck = Clock::now();
   const auto checkEvery = aliveCheck_;
@@ -474,7 +492,10 @@ void Exchange::wait() {
   try {
     for (;;) {
       bool busy = false;
-      const bool progressed = progressAll(&busy);
+      bool progressed = progressAll(&busy);
+      if (more && (progressed || !busy || backoff.count() % 64 == 63) && more()) {
+        progressed = busy = true;  // more was posted
+      }
       if (!busy) break;  // every message done and every byte handed to the wire
       if (progressed) {
         // The spin ended the idle stretch: next time spin a little longer.

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -171,6 +172,15 @@ class Exchange {
   // Point-to-point ops of one group differ in dtype and count: the messages posted after
   // this carry `sig` (a collective's messages carry beginOp's).
   void setSignature(const OpSignature& sig) { sig_ = sig; }
+  // Several operations on the engine at once (the communicator's point-to-point runs): each
+  // message posted after this adds one to *left, and taking it off when it completes, so the
+  // caller knows which operation is done. nullptr: stop counting.
+  void countMessagesIn(int* left) { opCounter_ = left; }
+  // The deadline of the oldest operation still running (replaces beginOp's).
+  void setDeadline(const Deadline& deadline) { deadline_ = deadline; }
+  // Whether bytes of completed sends still wait in this process to be handed to the wire
+  // (a TCP peer that does not read): a send is not done before they leave.
+  bool holdsBytes();
 
   // Posts a message of `bytes` bytes from device buffer src to peer.
   void send(int peer, const void* src, size_t bytes);
@@ -192,7 +202,11 @@ class Exchange {
   // most: longer after waits that spinning ended, shorter after waits it did not), then,
   // when every peer it waits on rings this rank's doorbell (shared memory), sleeps on the
   // doorbell until a peer moves bytes; otherwise it yields and naps (Backoff).
-  void wait();
+  //
+  // more (optional): called after passes that moved something, when everything posted is
+  // done, and every 64 idle passes; it may post further messages and returns whether it did
+  // (wait then goes on until those are done too).
+  void wait(const std::function<bool()>& more = {});
   // This rank's doorbell (null: none; the engine then never sleeps on one).
   void setDoorbell(shm::Doorbell* bell) { bell_ = bell; }
 
@@ -243,6 +257,7 @@ class Exchange {
   // cleared once sendPending() says no), so idle connections are not polled.
   std::vector<char> mayHoldBytes_;
   size_t pending_ = 0;
+  int* opCounter_ = nullptr;  // countMessagesIn
   size_t sliceBytes_;
   std::chrono::microseconds aliveCheck_;  // XCCL_ALIVE_CHECK_US
   bool streamingStores_ = false;

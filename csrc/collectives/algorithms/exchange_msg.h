@@ -40,6 +40,7 @@ struct PendingMsg {
   PeerRef ref{};           // send: its buffer, for the peer
   uint64_t readSeq = 0;    // send: its number among this link's peer-read messages
   const char* peerSrc = nullptr;  // receive: the sender's buffer, mapped here
+  int* opLeft = nullptr;  // the count of its operation's unfinished messages (countMessagesIn)
 };
 
 }  // namespace xccl

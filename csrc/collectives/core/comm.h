@@ -87,6 +87,13 @@ class Comm {
   // Runs a popped op (the caller of runOnCaller or the progress thread), then publishes it.
   void execute(OpEntry& op);
   void runOp(OpEntry& op);
+  // The progress thread's point-to-point runs: op and the point-to-point ops queued behind
+  // it on the engine at once, each published as soon as it and every earlier one are done.
+  void executeP2P(OpEntry& op);
+  // Posts the messages of a point-to-point op (its sends to itself copied at once).
+  void postP2POp(const OpEntry& op);
+  // Publishes op as done (or failed: query() tells); lastOfRun ends the running op's turn.
+  void finish(OpEntry& op, bool lastOfRun);
   void fail(xcclResult_t code, const std::string& msg);
   void closeConnections();
 
@@ -109,6 +116,7 @@ class Comm {
   std::atomic<bool> stop_{false};
   bool workerSleeping_ = false;
   bool running_ = false;  // an op is executing (on the progress thread or a caller's)
+  std::atomic<bool> p2pRun_{false};  // executeP2P is taking later ops: enqueue rings the bell
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
   std::atomic<uint64_t> failedFrom_{UINT64_MAX};  // first op id that failed
   std::atomic<xcclResult_t> asyncError_{xcclSuccess};
