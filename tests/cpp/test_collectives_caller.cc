@@ -13,13 +13,8 @@
 namespace xccl_coll_test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using xccl_test::check;
 const xcclStream_t kCaller = XCCL_STREAM_CALLER;
-
-double secondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // An op enqueued for the progress thread, then one on the caller that reads its output:
 // the caller's op runs after it (in issue order), so it sees n, not 1, in every element.

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -24,6 +25,11 @@
 #include "xccl.h"
 
 namespace xccl_coll_test {
+
+using Clock = std::chrono::steady_clock;
+inline double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 inline const std::vector<xcclDataType_t>& allTypes() {
   static const std::vector<xcclDataType_t> v = {xcclFloat32,  xcclFloat64, xcclFloat16,

@@ -14,12 +14,7 @@
 namespace xccl_coll_test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using xccl_test::check;
-
-double secondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Waits for everything enqueued; returns the result instead of throwing.
 xcclResult_t waitResult(xcclComm_t comm, int64_t timeoutMs = -1) {

@@ -14,12 +14,7 @@
 namespace xccl_coll_test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using xccl_test::check;
-
-double secondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct RingCase {
   int n;
