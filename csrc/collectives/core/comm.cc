@@ -271,32 +271,38 @@ void Comm::execute(OpEntry& op) {
     executeP2P(op);
     return;
   }
-  if (asyncError_.load() == xcclSuccess) {
-    try {
-      runOp(op);
-    } catch (const Error& e) {
-      fail(e.code(), e.what());
-    } catch (const std::exception& e) {
-      fail(xcclInternalError, strCat("rank ", rank_, ": internal error: ", e.what()));
-    }
-  }
-  finish(op, true);
+  if (asyncError_.load() == xcclSuccess) guarded([&] { runOp(op); });
+  finish(op);
+  endTurn();
 }
 
-void Comm::finish(OpEntry& op, bool lastOfRun) {
+void Comm::guarded(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    fail(e.code(), e.what());
+  } catch (const std::exception& e) {
+    fail(xcclInternalError, strCat("rank ", rank_, ": internal error: ", e.what()));
+  }
+}
+
+void Comm::finish(OpEntry& op) {
   device_->streamRelease(op.streamToken);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (lastOfRun) running_ = false;
     completed_.store(op.id, std::memory_order_release);
-    doneCv_.notify_all();  // waiters, and a caller whose op is next
-    // The progress thread sleeps while a caller runs an op; wake it only for work of its own.
-    if (lastOfRun && workerSleeping_ && !queue_.empty() && !queue_.front().onCaller) {
-      workCv_.notify_one();
-    }
-    if (lastOfRun && workerSleeping_ && stop_ && queue_.empty()) workCv_.notify_one();
+    doneCv_.notify_all();  // its waiters
   }
   device_->streamResume(op.holdToken);  // after publishing: the stream sees a known outcome
+}
+
+void Comm::endTurn() {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = false;
+  doneCv_.notify_all();  // a caller whose op is next
+  // The progress thread sleeps while a caller runs an op; wake it only for work of its own.
+  if (workerSleeping_ && !queue_.empty() && !queue_.front().onCaller) workCv_.notify_one();
+  if (workerSleeping_ && stop_ && queue_.empty()) workCv_.notify_one();
 }
 
 static bool hasRecvAny(const OpEntry& op) {
@@ -334,7 +340,7 @@ void Comm::executeP2P(OpEntry& first) {
   auto publishDone = [&] {
     // Done: every message complete and every byte out of this process (wait()'s rule).
     while (!run.empty() && run.front().left == 0 && !exchange_->holdsBytes()) {
-      finish(run.front().op, false);
+      finish(run.front().op);
       run.pop_front();
       if (!run.empty()) exchange_->setDeadline(run.front().deadline);
     }
@@ -363,37 +369,22 @@ void Comm::executeP2P(OpEntry& first) {
 
   p2pRun_.store(true, std::memory_order_release);
   if (asyncError_.load() == xcclSuccess) {
-    try {
+    guarded([&] {
       exchange_->beginOp(signatureOf(first.p2p.front()), 0, Deadline::after(timeoutMs_));
       take(first);
       do {
         exchange_->wait(more);
         publishDone();
       } while (more());
-    } catch (const Error& e) {
-      fail(e.code(), e.what());
-    } catch (const std::exception& e) {
-      fail(xcclInternalError, strCat("rank ", rank_, ": internal error: ", e.what()));
-    }
+    });
   } else {
     run.push_back(Taken{std::move(first), 0, Deadline{}});
   }
   p2pRun_.store(false, std::memory_order_release);
   exchange_->countMessagesIn(nullptr);
   // Ops left after a failure are published failed (query() compares with failedFrom_).
-  while (run.size() > 1) {
-    finish(run.front().op, false);
-    run.pop_front();
-  }
-  if (!run.empty()) {
-    finish(run.front().op, true);
-  } else {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
-    doneCv_.notify_all();
-    if (workerSleeping_ && !queue_.empty() && !queue_.front().onCaller) workCv_.notify_one();
-    if (workerSleeping_ && stop_ && queue_.empty()) workCv_.notify_one();
-  }
+  for (Taken& t : run) finish(t.op);
+  endTurn();
 }
 
 static void postP2P(Exchange& ex, const CollArgs& a) {

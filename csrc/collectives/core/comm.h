@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -92,8 +93,12 @@ class Comm {
   void executeP2P(OpEntry& op);
   // Posts the messages of a point-to-point op (its sends to itself copied at once).
   void postP2POp(const OpEntry& op);
-  // Publishes op as done (or failed: query() tells); lastOfRun ends the running op's turn.
-  void finish(OpEntry& op, bool lastOfRun);
+  // Runs fn; an exception fails the communicator (fail()) instead of leaving.
+  void guarded(const std::function<void()>& fn);
+  // Publishes op as done (or failed: query() tells).
+  void finish(OpEntry& op);
+  // Ends the running turn (running_): the next op may start, on a caller or this thread.
+  void endTurn();
   void fail(xcclResult_t code, const std::string& msg);
   void closeConnections();
 
