@@ -272,8 +272,7 @@ void Comm::execute(OpEntry& op) {
     return;
   }
   if (asyncError_.load() == xcclSuccess) guarded([&] { runOp(op); });
-  finish(op);
-  endTurn();
+  finish(op, /*endsTurn=*/true);  // one lock for both on every op's path
 }
 
 void Comm::guarded(const std::function<void()>& fn) {
@@ -286,20 +285,28 @@ void Comm::guarded(const std::function<void()>& fn) {
   }
 }
 
-void Comm::finish(OpEntry& op) {
+void Comm::finish(OpEntry& op, bool endsTurn) {
   device_->streamRelease(op.streamToken);
   {
     std::lock_guard<std::mutex> lock(mu_);
     completed_.store(op.id, std::memory_order_release);
-    doneCv_.notify_all();  // its waiters
+    if (endsTurn) {
+      endTurnLocked();
+    } else {
+      doneCv_.notify_all();  // its waiters
+    }
   }
   device_->streamResume(op.holdToken);  // after publishing: the stream sees a known outcome
 }
 
 void Comm::endTurn() {
   std::lock_guard<std::mutex> lock(mu_);
+  endTurnLocked();
+}
+
+void Comm::endTurnLocked() {
   running_ = false;
-  doneCv_.notify_all();  // a caller whose op is next
+  doneCv_.notify_all();  // waiters, and a caller whose op is next
   // The progress thread sleeps while a caller runs an op; wake it only for work of its own.
   if (workerSleeping_ && !queue_.empty() && !queue_.front().onCaller) workCv_.notify_one();
   if (workerSleeping_ && stop_ && queue_.empty()) workCv_.notify_one();
@@ -340,7 +347,7 @@ void Comm::executeP2P(OpEntry& first) {
   auto publishDone = [&] {
     // Done: every message complete and every byte out of this process (wait()'s rule).
     while (!run.empty() && run.front().left == 0 && !exchange_->holdsBytes()) {
-      finish(run.front().op);
+      finish(run.front().op, false);
       run.pop_front();
       if (!run.empty()) exchange_->setDeadline(run.front().deadline);
     }
@@ -383,7 +390,7 @@ void Comm::executeP2P(OpEntry& first) {
   p2pRun_.store(false, std::memory_order_release);
   exchange_->countMessagesIn(nullptr);
   // Ops left after a failure are published failed (query() compares with failedFrom_).
-  for (Taken& t : run) finish(t.op);
+  for (Taken& t : run) finish(t.op, false);
   endTurn();
 }
 

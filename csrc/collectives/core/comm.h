@@ -95,10 +95,11 @@ class Comm {
   void postP2POp(const OpEntry& op);
   // Runs fn; an exception fails the communicator (fail()) instead of leaving.
   void guarded(const std::function<void()>& fn);
-  // Publishes op as done (or failed: query() tells).
-  void finish(OpEntry& op);
+  // Publishes op as done (or failed: query() tells); endsTurn also ends the running turn.
+  void finish(OpEntry& op, bool endsTurn);
   // Ends the running turn (running_): the next op may start, on a caller or this thread.
   void endTurn();
+  void endTurnLocked();  // the same, mu_ held
   void fail(xcclResult_t code, const std::string& msg);
   void closeConnections();
 
