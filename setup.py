@@ -33,7 +33,10 @@ except ImportError:  # pragma: no cover - a clear message instead of a traceback
              "`pip install --no-build-isolation .`")
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-CORE_BUILD = os.path.join(ROOT, "build-plugin", "core")
+# XCCL_CORE_BUILD: an existing CMake build of the core to take libxccl/libxdev from (built
+# there, not configured again; scripts/gpu_check.sh shares its CUDA build this way).
+CORE_BUILD = os.environ.get("XCCL_CORE_BUILD") or os.path.join(ROOT, "build-plugin", "core")
+REUSE_CORE = bool(os.environ.get("XCCL_CORE_BUILD"))
 VERSION = "0.1.0"
 BUNDLED = ("libxccl", "libxdev")  # shared libraries copied next to the extensions
 
@@ -44,7 +47,8 @@ def build_core():
     os.makedirs(CORE_BUILD, exist_ok=True)
     cfg = ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-DCMAKE_BUILD_TYPE=Release",
            "-DXCCL_BUILD_TESTS=OFF", "-DXCCL_BUILD_TOOLS=OFF"]
-    subprocess.check_call(cfg)
+    if not REUSE_CORE:
+        subprocess.check_call(cfg)
     subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "xccl", "xdev",
                            "-j", jobs])
     # xccl-topo (the `xccl-topo` command) exists where CMake found CLI11.

@@ -11,6 +11,7 @@ call. busbw = bytes x 2(n-1)/n / time, as nccl-tests. The copy limit: one rank t
 Usage: python bench/bench_cuda.py [--world-size 2] [--max-bytes 1G] [--json PATH]
 """
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -81,12 +82,75 @@ def worker(rank, world, port, q, a):
         sys.exit(1)
 
 
+def nccl_worker(rank, world, port, q, a):
+    """NCCL through torch on the same GPU(s) and sizes. With one GPU and several ranks NCCL
+    refuses (a duplicate GPU): that refusal is the result, recorded as such."""
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        index = rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        dev = torch.device("cuda", index)
+        sync = torch.cuda.synchronize
+        bus = 2 * (world - 1) / world
+        try:
+            dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev,
+                                    timeout=datetime.timedelta(seconds=a.pg_timeout))
+            t = torch.ones(2, device=dev)
+            dist.all_reduce(t)
+            sync()
+        except Exception as e:  # noqa: BLE001 - the refusal is what we report
+            if rank == 0:
+                q.put({"refused": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+                q.close()
+                q.join_thread()
+            os._exit(0)
+        rows = []
+        for nbytes in sizes(a.max_bytes) if world > 1 else []:
+            t = torch.full((nbytes // 4,), 1.0, device=dev)
+            iters = max(3, min(50, (256 << 20) // nbytes))
+            x = timed(lambda: dist.all_reduce(t), iters, sync)
+            rows.append({"bytes": nbytes, "nccl_s": x, "nccl_busbw_GBs": nbytes * bus / x / 1e9})
+        small = torch.ones(2, device=dev)
+        lat = [timed(lambda: (dist.all_reduce(small), sync()), 200, sync) for _ in range(5)]
+        if rank == 0:
+            q.put({"rows": rows, "latency_8B_us": statistics.median(lat) * 1e6})
+        dist.destroy_process_group()
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
+
+
+def one_rank_latency(rank, world, port, q, a):
+    """8 B allreduce + synchronize on one rank, xccl and nccl in the same process: the fixed
+    cost of a call where NCCL cannot run the same world on one GPU."""
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        import torch_xccl  # noqa: F401
+        torch.cuda.set_device(0)
+        dev = torch.device("cuda", 0)
+        dist.init_process_group("xccl", rank=0, world_size=1, device_id=dev)
+        nccl = dist.new_group(backend="nccl", device_id=dev)
+        sync = torch.cuda.synchronize
+        small = torch.ones(2, device=dev)
+        out = {}
+        for name, g in (("xccl", None), ("nccl", nccl), ("xccl_again", None)):
+            lat = [timed(lambda: (dist.all_reduce(small, group=g), sync()), 200, sync)
+                   for _ in range(5)]
+            out[name] = statistics.median(lat) * 1e6
+        q.put(out)
+        dist.destroy_process_group()
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("1G"))
     p.add_argument("--pg-timeout", type=float, default=300)
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--no-nccl", action="store_true", help="do not run NCCL beside it")
     p.add_argument("--json")
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -100,6 +164,23 @@ def main():
               f"{row['xccl_busbw_GBs'] / row['copy_GBs']:9.2f} "
               f"{row['gloo_s'] / row['xccl_s']:9.1f}")
     print(f"8 B allreduce, synchronized: {r['latency_8B_us']:.1f} us")
+    if not a.no_nccl:
+        try:
+            r["nccl"] = launch(nccl_worker, a.world_size, (a,), min(a.timeout, 300))
+        except RuntimeError as e:
+            r["nccl"] = {"failed": str(e)[-400:]}
+        try:
+            r["one_rank_8B_us"] = launch(one_rank_latency, 1, (a,), 120)
+        except RuntimeError as e:
+            r["one_rank_8B_us"] = {"failed": str(e)[-400:]}
+        n = r["nccl"]
+        if "rows" in n:
+            print(f"NCCL, same {a.world_size} ranks (busbw GB/s): " + ", ".join(
+                f"{fmt_bytes(x['bytes'])} {x['nccl_busbw_GBs']:.1f}" for x in n["rows"]))
+            print(f"NCCL 8 B allreduce, synchronized: {n['latency_8B_us']:.1f} us")
+        else:
+            print(f"NCCL at {a.world_size} ranks: {n.get('refused') or n.get('failed')}")
+        print(f"one rank, 8 B allreduce + synchronize (us): {r['one_rank_8B_us']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": metadata({"bench": "bench_cuda"}), **r}, f, indent=1)

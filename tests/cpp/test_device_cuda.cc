@@ -70,8 +70,12 @@ struct DevBuf {
   size_t n = 0;
   explicit DevBuf(size_t bytes) : n(bytes) { cudaMalloc(&p, bytes + 64); }
   ~DevBuf() { cudaFree(p); }
+  // From pageable memory cudaMemcpy returns once the bytes are staged, before the DMA lands;
+  // the kernels under test run on non-blocking streams, which do not wait for the legacy
+  // stream: wait for it here, or a large buffer is read half-written (seen on an H200).
   void put(const std::vector<unsigned char>& h, size_t off = 0) {
     cudaMemcpy(static_cast<char*>(p) + off, h.data(), h.size(), cudaMemcpyHostToDevice);
+    cudaStreamSynchronize(cudaStreamLegacy);
   }
   std::vector<unsigned char> get(size_t bytes, size_t off = 0) const {
     std::vector<unsigned char> h(bytes);
@@ -160,16 +164,26 @@ TEST(CudaDevice, HoldKeepsLaterStreamWorkWaitingUntilResumed) {
   cudaStreamDestroy(s);
 }
 
-// n ranks on GPU 0 from one thread (xcclCommInitAllConfig), each on its own stream: every
-// dtype x op allreduce, plus allgather, on CUDA IPC payload lanes.
+// n ranks on GPU 0, each made by a thread of its own (xcclCommInitAll, like NCCL's, wants
+// distinct devices), then driven from this thread, each on its own stream: every dtype x op
+// allreduce on the payload lanes of ranks that share one process and one GPU.
 void ranksOnOneGpu(int n) {
   xcclConfig_t cfg{};
   cfg.deviceType = xcclDeviceCuda;
   cfg.timeout_ms = 60000;
-  std::vector<int> devs(n, 0);
+  cfg.device = 0;
+  xcclUniqueId id;
+  ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
   std::vector<xcclComm_t> comms(n, nullptr);
-  ASSERT_EQ(xcclCommInitAllConfig(comms.data(), n, devs.data(), &cfg), xcclSuccess)
-      << xcclGetLastError(nullptr);
+  std::vector<xcclResult_t> made(n, xcclInternalError);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] { made[r] = xcclCommInitRankConfig(&comms[r], n, id, r, &cfg); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < n; ++r) ASSERT_EQ(made[r], xcclSuccess) << xcclGetLastError(comms[r]);
   std::vector<cudaStream_t> streams(n);
   for (auto& s : streams) cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   const size_t count = 300007;

@@ -49,6 +49,9 @@ class CudaApi : public DeviceApi {
   void free(void* p) override { cudaFree(p); }
   void copyIn(void* device, const void* host, size_t bytes) override {
     ccheck(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+    // From pageable memory the call returns before the DMA lands, and the collective's
+    // non-blocking stream does not wait for the legacy stream that carries it.
+    ccheck(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (legacy stream)");
   }
   void copyOut(void* host, const void* device, size_t bytes) override {
     ccheck(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");

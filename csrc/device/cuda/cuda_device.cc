@@ -105,6 +105,8 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   XCCL_CHECK(ordinal >= 0 && ordinal < n, "cuda:", ordinal, " does not exist (", n,
              " CUDA devices visible)");
   current();
+  // Before any hold: a kernel loaded lazily at its first launch would wait for a held stream.
+  check(cuda::preloadKernels(), "loading the CUDA device's kernels");
   char bus[64] = {0};
   busId_ = cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal) == cudaSuccess ? std::string(bus)
                                                                            : strCat("cuda:", ordinal);

@@ -304,6 +304,52 @@ cudaError_t launchDivide(void* dst, size_t count, xcclDataType_t dtype, int64_t 
   });
 }
 
+namespace {
+
+template <typename K>
+cudaError_t load(K kernel) {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, kernel);
+}
+
+template <typename T>
+cudaError_t loadAll() {
+  cudaError_t e = cudaSuccess;
+  auto keep = [&e](cudaError_t r) {
+    if (e == cudaSuccess) e = r;
+  };
+  keep(load(reduceKernel<T, Sum>));
+  keep(load(reduceKernel<T, Prod>));
+  keep(load(reduceKernel<T, Max>));
+  keep(load(reduceKernel<T, Min>));
+  if constexpr (std::is_integral_v<T>) {
+    keep(load(reduceKernel<T, Band>));
+    keep(load(reduceKernel<T, Bor>));
+    keep(load(reduceKernel<T, Bxor>));
+  }
+  keep(load(scaleKernel<T, typename Arith<T>::type>));
+  keep(load(divideKernel<T>));
+  return e;
+}
+
+}  // namespace
+
+cudaError_t preloadKernels() {
+  cudaError_t e = cudaSuccess;
+  auto keep = [&e](cudaError_t r) {
+    if (e == cudaSuccess) e = r;
+  };
+  for (xcclDataType_t t : {xcclInt8, xcclUint8, xcclInt32, xcclInt64, xcclFloat16, xcclBfloat16,
+                           xcclFloat32, xcclFloat64}) {
+    keep(withType(t, [](auto tag) { return loadAll<typename decltype(tag)::type>(); }));
+  }
+  keep(load(reduceKernel<uint8_t, BoolOr>));
+  keep(load(reduceKernel<uint8_t, BoolAnd>));
+  keep(load(reduceKernel<uint8_t, BoolXor>));
+  keep(load(waitFlagKernel));
+  return e;
+}
+
 cudaError_t launchWaitFlag(const volatile uint32_t* flag, cudaStream_t s) {
   waitFlagKernel<<<1, 1, 0, s>>>(flag);
   return cudaGetLastError();

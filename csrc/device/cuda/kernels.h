@@ -28,6 +28,12 @@ cudaError_t launchDivide(void* dst, size_t count, xcclDataType_t dtype, int64_t 
 // One thread that spins until *flag != 0: the stream-side hold where stream memory
 // operations (cuStreamWaitValue32) are unavailable. `flag` is mapped pinned host memory.
 cudaError_t launchWaitFlag(const volatile uint32_t* flag, cudaStream_t stream);
+// Loads every kernel above into the current device's context now. Under CUDA's lazy loading
+// (the default since 12.2) a kernel's first launch loads it, and that load waits for the
+// context's streams: with a caller's stream held until this very collective completes, the
+// progress thread's first reduce launch never returned (an H200, 2026-11-26: every
+// collective that moved data hung). Called once per device before any hold exists.
+cudaError_t preloadKernels();
 
 }  // namespace cuda
 }  // namespace xccl
