@@ -160,7 +160,14 @@ def plan(seed: int, index: int, args, transports: list[str]) -> dict:
             ops[k] = dict(ops[k], kind="allreduce")
         fault.update(rank=victim, op=k,
                      dtype=rng.choice([d for d in DTYPES if d != ops[k]["dtype"]]))
-    return {"index": index, "seed": seed, "scenario": sc, "world": world,
+    # Where the tensors live and how each operation is waited for, from a stream of its own
+    # so that the runs of a seed drawn before these existed replay unchanged otherwise.
+    drng = random.Random(f"{seed}/{index}/device")
+    device = drng.choice(args.devices)
+    for o in ops:
+        o["wait"] = drng.choice(["sync", "async", "future"]) if o["kind"] not in (
+            "barrier", "sendrecv") else "sync"
+    return {"index": index, "seed": seed, "scenario": sc, "world": world, "device": device,
             "transport": transport, "hosts": hosts, "bounded": bounded, "ops": ops,
             "fault": fault, "salt": rng.randrange(1 << 20),
             "pg_timeout": args.absent_timeout if sc == "absent" else args.pg_timeout}
@@ -598,7 +605,7 @@ def classify(spec: dict, ranks: list[Rank], tl: dict, args) -> dict:
                    "ok" if sc in ("none", "late") else "raised")
     survivors = [rec for rec in recs if rec["rank"] != victim]
     detect = [rec["detect_s"] for rec in survivors if "detect_s" in rec]
-    rec = {k: spec[k] for k in ("index", "seed", "scenario", "world", "transport")}
+    rec = {k: spec.get(k) for k in ("index", "seed", "scenario", "world", "transport", "device")}
     rec.update(fault=dict(f),
                hosts=spec["hosts"], ops=spec["ops"], outcome=outcome,
                reasons=[m for k in ("invalid", "hang", "wrong", "unexpected", "late")
@@ -628,7 +635,8 @@ def short(rec: dict) -> str:
         what += " in init" if f["op"] < 0 else f" at op {f['op']}"
     det = "" if rec["detect_max_s"] is None else f"  detect max {rec['detect_max_s']:.2f} s"
     return (f"run {rec['index']:4d} {rec['scenario']:8s} w={rec['world']} "
-            f"{rec['transport']:5s} {what:34s} -> {rec['outcome']:10s}{det} "
+            f"{rec['transport']:5s} {rec.get('device') or 'cpu':4s} {what:34s} -> "
+            f"{rec['outcome']:10s}{det} "
             f"({rec['duration_s']:.1f} s)")
 
 
@@ -656,6 +664,11 @@ def summarize(records: list[dict], scenarios: list[str]) -> str:
         f"{t} {sum(r['transport'] == t for r in records)} runs "
         f"({sum(r['transport'] == t and r['outcome'] in FAILURES for r in records)} failed)"
         for t in trs))
+    devs = sorted({r.get("device") or "cpu" for r in records})
+    lines.append("by device: " + ", ".join(
+        f"{d} {sum((r.get('device') or 'cpu') == d for r in records)} runs "
+        f"({sum((r.get('device') or 'cpu') == d and r['outcome'] in FAILURES for r in records)}"
+        " failed)" for d in devs))
     return "\n".join(lines)
 
 
@@ -738,6 +751,9 @@ def parse_args(argv=None):
                     help="comma-separated subset of " + ",".join(SCENARIOS))
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 3, 4])
     ap.add_argument("--transports", default="shm,tcp,netns")
+    ap.add_argument("--devices", default="cpu,xdev",
+                    help="where the ranks' tensors live, drawn per run (xdev: every collective "
+                         "ordered on a stream; its result read back with .cpu())")
     ap.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("4M"))
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (1: bounds are timings)")
     ap.add_argument("--keep-going", action="store_true", help="go on after a failed run")
@@ -764,6 +780,9 @@ def parse_args(argv=None):
     bad = [s for s in args.scenarios if s not in SCENARIOS]
     if bad or not args.scenarios:
         ap.error(f"unknown scenario(s) {bad}; choose from {SCENARIOS}")
+    args.devices = [d for d in args.devices.split(",") if d]
+    if not args.devices or any(d not in ("cpu", "xdev") for d in args.devices):
+        ap.error(f"--devices: cpu and/or xdev, got {args.devices}")
     args.transports = [t for t in args.transports.split(",") if t]
     if any(t not in ("shm", "tcp", "netns") for t in args.transports):
         ap.error("transports: shm, tcp, netns")

@@ -58,59 +58,80 @@ def _check(torch, got, want, what):
             f"got {got[i].item()}, expected {want[i].item()}")
 
 
-def run_op(torch, dist, op, rank, world, salt, dtype_name, wait_s):
+def run_op(torch, dist, op, rank, world, salt, dtype_name, wait_s, device="cpu"):
     """Issues one operation; returns None when its result is right, else what is wrong.
-    wait_s: the explicit timeout of a send/recv pair's waits (longer than the group's)."""
+    wait_s: the explicit timeout of a send/recv pair's waits (longer than the group's).
+    device: where the tensors live ("cpu", or an xdev device: the collective is then ordered
+    on its stream, and the result is read back as a program would, with .cpu()). op["wait"]:
+    how the program waits: the blocking call ("sync"), async_op + wait() ("async"), or the
+    future's value ("future")."""
     import datetime
 
     dt = getattr(torch, dtype_name)
     kind, n, root = op["kind"], op["numel"], op["root"]
+    style = op.get("wait", "sync")
 
     def val(member, count, offset=0):
         return _values(torch, member, count, salt, dt, offset)
 
+    def mine(t):  # this rank's copy of an input, where its tensors live
+        return t.to(device)
+
+    def call(fn, *args, **kw):
+        if style == "sync":
+            return fn(*args, **kw)
+        work = fn(*args, async_op=True, **kw)
+        if style == "future":
+            work.get_future().wait()
+        else:
+            work.wait()
+        return None
+
+    def _check_out(got, want, what):
+        return _check(torch, got.cpu(), want, what)
+
     redop = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
              "min": dist.ReduceOp.MIN}[op["op"]]
     if kind == "allreduce":
-        t = val(rank, n)
-        dist.all_reduce(t, op=redop)
-        return _check(torch, t, _reduce(torch, [val(m, n) for m in range(world)], op["op"], dt),
-                      "all_reduce")
+        t = mine(val(rank, n))
+        call(dist.all_reduce, t, op=redop)
+        return _check_out(t, _reduce(torch, [val(m, n) for m in range(world)], op["op"], dt),
+                          "all_reduce")
     if kind == "broadcast":
-        t = val(rank, n)
-        dist.broadcast(t, src=root)
-        return _check(torch, t, val(root, n), "broadcast")
+        t = mine(val(rank, n))
+        call(dist.broadcast, t, src=root)
+        return _check_out(t, val(root, n), "broadcast")
     if kind == "allgather":
-        out = torch.empty(n * world, dtype=dt)
-        (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
-            out, val(rank, n))
-        return _check(torch, out, torch.cat([val(m, n) for m in range(world)]), "all_gather")
+        out = torch.empty(n * world, dtype=dt, device=device)
+        call(getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor,
+             out, mine(val(rank, n)))
+        return _check_out(out, torch.cat([val(m, n) for m in range(world)]), "all_gather")
     if kind == "reduce_scatter":
-        out = torch.empty(n, dtype=dt)
-        (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(
-            out, val(rank, n * world), op=redop)
+        out = torch.empty(n, dtype=dt, device=device)
+        call(getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor,
+             out, mine(val(rank, n * world)), op=redop)
         want = _reduce(torch, [val(m, n, rank * n) for m in range(world)], op["op"], dt)
-        return _check(torch, out, want, "reduce_scatter")
+        return _check_out(out, want, "reduce_scatter")
     if kind == "alltoall":
-        out = torch.empty(n * world, dtype=dt)
-        dist.all_to_all_single(out, val(rank, n * world))
-        return _check(torch, out, torch.cat([val(m, n, rank * n) for m in range(world)]),
-                      "all_to_all")
+        out = torch.empty(n * world, dtype=dt, device=device)
+        call(dist.all_to_all_single, out, mine(val(rank, n * world)))
+        return _check_out(out, torch.cat([val(m, n, rank * n) for m in range(world)]),
+                          "all_to_all")
     if kind == "barrier":
         dist.barrier()
         return None
     if kind == "sendrecv":  # a ring: send to the next rank, receive from the previous one
         nxt, prv = (rank + 1) % world, (rank - 1) % world
-        out = torch.empty(n, dtype=dt)
+        out = torch.empty(n, dtype=dt, device=device)
         if op.get("style") == "pair":  # isend + irecv, waited with an explicit timeout
-            works = [dist.isend(val(rank, n), nxt), dist.irecv(out, prv)]
+            works = [dist.isend(mine(val(rank, n)), nxt), dist.irecv(out, prv)]
             for w in works:
                 w.wait(datetime.timedelta(seconds=wait_s))
         else:
-            for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, val(rank, n), nxt),
+            for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine(val(rank, n)), nxt),
                                              dist.P2POp(dist.irecv, out, prv)]):
                 w.wait()
-        return _check(torch, out, val(prv, n), "send/recv")
+        return _check_out(out, val(prv, n), "send/recv")
     raise ValueError(kind)
 
 
@@ -171,6 +192,10 @@ def worker_main() -> None:
         os._exit(4)
     torch.set_num_threads(1)
     emit("build", **_build_stamp(torch_xccl))
+    device = "cpu"
+    if spec.get("device", "cpu") == "xdev":  # rank r on xdev:(r % 2), as two ranks per "card"
+        torch.xdev.set_device(rank % 2)
+        device = f"xdev:{rank % 2}"
     f = spec["fault"]
     emit("init_start")
     t0 = time.monotonic()
@@ -199,7 +224,7 @@ def worker_main() -> None:
         t0 = time.monotonic()
         try:
             bad = run_op(torch, dist, op, rank, world, spec["salt"] + i, dtype,
-                         1.5 * spec["pg_timeout"])
+                         1.5 * spec["pg_timeout"], device)
         except Exception as e:  # noqa: BLE001
             emit("raised", i=i, elapsed=time.monotonic() - t0, type=type(e).__name__,
                  msg=_first_line(e)[:500], text=str(e)[:2000])

@@ -22,7 +22,7 @@ from . import _xdev_C as _C
 
 __all__ = [
     "is_available", "device_count", "current_device", "set_device", "device", "device_of",
-    "synchronize", "Stream", "Event", "current_stream", "default_stream", "set_stream", "stream",
+    "synchronize", "clear_errors", "Stream", "Event", "current_stream", "default_stream", "set_stream", "stream",
     "StreamContext", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
     "get_rng_state", "set_rng_state", "default_generators", "memory_allocated",
     "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
@@ -131,6 +131,19 @@ class device_of(device):
 def synchronize(device: _DeviceLike = None) -> None:
     """Wait for all work queued on every stream of ``device``."""
     torch.accelerator.synchronize(_index(device))
+
+
+def clear_errors(device: _DeviceLike = None) -> None:
+    """Forget the sticky errors of ``device``'s streams, so that work queued from now on runs.
+
+    A collective that fails (a peer died, timed out, was aborted) fails the stream it was
+    ordered on, and every stream that waited on it: from there on, synchronising, copying to
+    the host or running an op on it raises ``torch.distributed.DistBackendError`` instead of
+    handing back a buffer that was never reduced. A program that has dealt with the failure
+    (destroyed or rebuilt its process group, reloaded its state) calls this to use the device
+    again. CUDA has no such call: a faulted context needs a new process.
+    """
+    _C._clear_errors(_index(device))
 
 
 class Stream(torch.Stream):

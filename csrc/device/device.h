@@ -81,6 +81,12 @@ class Device {
   virtual void streamRelease(void* token) = 0;
   virtual void* streamHold(xcclStream_t /*stream*/) { return nullptr; }
   virtual void streamResume(void* /*token*/) {}
+  // Instead of streamResume, for an operation that failed (or was dropped after a failure):
+  // nothing queued on the stream after it may observe its outputs as a result. xdev fails
+  // the stream there (sticky, with `why`); CUDA, which cannot fail a stream from the host,
+  // faults the context with a trap kernel behind the hold unless XCCL_CUDA_FAILED_HOLD says
+  // otherwise (docs/CUDA.md). The default resumes: devices without streams hold nothing.
+  virtual void streamFail(void* token, const std::string& /*why*/) { streamResume(token); }
 
   // Device memory another process of this host can map (CUDA IPC; for the host device a
   // memfd): what the shared-memory transport puts its payload rings in, so that data moves

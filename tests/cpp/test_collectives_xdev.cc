@@ -130,6 +130,71 @@ TEST(XdevStreams, AStreamOfAnotherDeviceIsRefused) {
   });
 }
 
+// Never a wrong answer: a collective that fails (here its peer aborts instead of joining)
+// fails the caller's stream where the collective stands. The copy queued behind it does not
+// run, synchronising reports the failure with the operation's number, an event recorded
+// before the collective is unaffected, and the device runs again once its errors are cleared.
+TEST(XdevStreams, AFailedCollectiveFailsItsStreamAndNothingBehindItRuns) {
+  xccl_test::MemoryStore store;
+  xccl_test::runThreads(
+      2,
+      [&](int rank) {
+        xcheck(xdevSetDevice(rank), "xdevSetDevice");
+        xcclConfig_t cfg{};
+        cfg.device = rank;
+        cfg.deviceType = xcclDeviceXdev;
+        cfg.timeout_ms = 20000;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankStore(&comm, 2, rank, store.c(), "xdev-fail/", &cfg), nullptr);
+        if (rank == 1) {  // the peer that goes away
+          check(xcclCommAbort(comm), nullptr);
+          return;
+        }
+        xdevStream_t stream = nullptr;
+        xcheck(xdevStreamCreate(&stream), "xdevStreamCreate");
+        const size_t count = 1 << 16;
+        float* buf = nullptr;
+        xcheck(xdevMalloc(reinterpret_cast<void**>(&buf), count * sizeof(float)), "xdevMalloc");
+        std::vector<float> in(count, 1.0f);
+        xcheck(xdevMemcpyAsync(buf, in.data(), count * sizeof(float), xdevMemcpyHostToDevice,
+                               stream),
+               "xdevMemcpyAsync");
+        xdevEvent_t before = nullptr;
+        xcheck(xdevEventCreateWithFlags(&before, xdevEventDisableTiming), "xdevEventCreate");
+        xcheck(xdevEventRecord(before, stream), "xdevEventRecord");
+        // Enqueued (it may also be refused at once if the abort is already known).
+        xcclResult_t r = xcclAllReduce(buf, buf, count, xcclFloat32, xcclSum, comm, stream);
+        std::vector<float> out(count, -7.0f);
+        xdevError_t copy = xdevMemcpyAsync(out.data(), buf, count * sizeof(float),
+                                           xdevMemcpyDeviceToHost, stream);
+        if (r == xcclSuccess) {
+          // The copy was queued before or after the failure reached the stream.
+          EXPECT_TRUE(copy == xdevSuccess || copy == xdevErrorStreamFailed) << copy;
+          EXPECT_EQ(xdevStreamSynchronize(stream), xdevErrorStreamFailed)
+              << "a failed allreduce let its stream go on";
+          std::string why = xdevGetLastErrorMessage();
+          EXPECT_NE(why.find("xccl operation #1 failed"), std::string::npos) << why;
+          EXPECT_EQ(out[0], -7.0f) << "the copy behind the failed collective ran";
+          EXPECT_EQ(out[count - 1], -7.0f);
+          xcheck(xdevEventSynchronize(before), "xdevEventSynchronize (recorded before)");
+        }
+        xcclResult_t async = xcclSuccess;
+        check(xcclCommGetAsyncError(comm, &async), comm);
+        EXPECT_NE(async, xcclSuccess);
+        check(xcclCommAbort(comm), nullptr);
+        xcheck(xdevDeviceClearErrors(), "xdevDeviceClearErrors");
+        xcheck(xdevMemcpyAsync(out.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost,
+                               stream),
+               "xdevMemcpyAsync after clearing");
+        xcheck(xdevStreamSynchronize(stream), "xdevStreamSynchronize after clearing");
+        EXPECT_EQ(out[0], 1.0f);  // the input, untouched by the failed collective
+        xdevEventDestroy(before);
+        xcheck(xdevFree(buf), "xdevFree");
+        xcheck(xdevStreamDestroy(stream), "xdevStreamDestroy");
+      },
+      60);
+}
+
 TEST(XdevStreams, HostCommunicatorsRefuseStreams) {
   xccl_test::MemoryStore store;
   xcclComm_t comm = nullptr;

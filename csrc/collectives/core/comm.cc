@@ -287,6 +287,8 @@ void Comm::guarded(const std::function<void()>& fn) {
 
 void Comm::finish(OpEntry& op, bool endsTurn) {
   device_->streamRelease(op.streamToken);
+  uint64_t failedFrom;
+  std::string error;
   {
     std::lock_guard<std::mutex> lock(mu_);
     completed_.store(op.id, std::memory_order_release);
@@ -295,8 +297,20 @@ void Comm::finish(OpEntry& op, bool endsTurn) {
     } else {
       doneCv_.notify_all();  // its waiters
     }
+    failedFrom = failedFrom_.load();
+    if (op.holdToken != nullptr && op.id >= failedFrom) error = errorMsg_;
   }
-  device_->streamResume(op.holdToken);  // after publishing: the stream sees a known outcome
+  // After publishing: the stream sees a known outcome. A failed operation's stream must not
+  // go on as if its outputs were results (a survivor reading an unreduced buffer).
+  if (op.holdToken == nullptr) return;
+  if (op.id < failedFrom) {
+    device_->streamResume(op.holdToken);
+  } else if (op.id == failedFrom) {
+    device_->streamFail(op.holdToken, strCat("xccl operation #", op.id, " failed: ", error));
+  } else {
+    device_->streamFail(op.holdToken, strCat("xccl operation #", op.id, " not run: operation #",
+                                             failedFrom, " had failed: ", error));
+  }
 }
 
 void Comm::endTurn() {

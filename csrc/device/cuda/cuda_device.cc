@@ -18,6 +18,11 @@ namespace xccl {
 // How stream-side holds wait: "auto" (stream memory operations where the driver has them,
 // else a spin kernel), "memop", "kernel".
 XCCL_PARAM_STR(CudaHold, "CUDA_HOLD", "auto")
+// What a failed collective does to the caller's stream: "trap" (default) faults the CUDA
+// context behind the hold, so nothing can consume the failed outputs and every later CUDA
+// call of the process raises (ProcessGroupNCCL tears the process down likewise); "release"
+// resumes the stream as if it had succeeded and relies on the host-side error alone.
+XCCL_PARAM_STR(CudaFailedHold, "CUDA_FAILED_HOLD", "trap")
 
 namespace {
 
@@ -78,7 +83,7 @@ bool fromHex(const std::string& s, void* out, size_t n) {
 }  // namespace
 
 struct CudaDevice::Hold {
-  uint32_t* flag = nullptr;     // mapped pinned host word: 0 = held, 1 = released
+  uint32_t* flag = nullptr;     // mapped pinned host word: 0 held, 1 released, 2 failed
   void* devFlag = nullptr;      // its address on the GPU
   cudaEvent_t passed = nullptr; // recorded after the wait: complete = the stream is past it
   bool busy = false;            // between streamHold and streamResume
@@ -114,6 +119,10 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   cudaDeviceGetAttribute(&attr, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal);
   hostPointersWork_ = attr != 0;
 
+  const std::string failed = xcclParamCudaFailedHold();
+  XCCL_CHECK(failed == "trap" || failed == "release", "XCCL_CUDA_FAILED_HOLD='", failed,
+             "' (trap or release)");
+  trapFailed_ = failed == "trap";
   const std::string hold = xcclParamCudaHold();
   XCCL_CHECK(hold == "auto" || hold == "memop" || hold == "kernel", "XCCL_CUDA_HOLD='", hold,
              "' (auto, memop or kernel)");
@@ -309,9 +318,11 @@ void* CudaDevice::streamHold(xcclStream_t stream) {
     waiting = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(h->devFlag), 1,
                  CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
   }
+  const auto* word = static_cast<const volatile uint32_t*>(h->devFlag);
   if (!waiting) {
-    check(cuda::launchWaitFlag(static_cast<const volatile uint32_t*>(h->devFlag), s),
-          "hold kernel");
+    check(cuda::launchWaitFlag(word, trapFailed_, s), "hold kernel");
+  } else if (trapFailed_) {
+    check(cuda::launchCheckFlag(word, s), "hold check kernel");
   }
   check(cudaEventRecord(h->passed, s), "cudaEventRecord after a hold");
   return h;
@@ -321,6 +332,23 @@ void CudaDevice::streamResume(void* token) {
   auto* h = static_cast<Hold*>(token);
   if (h == nullptr) return;
   __atomic_store_n(h->flag, 1u, __ATOMIC_RELEASE);
+  std::lock_guard<std::mutex> g(mu_);
+  h->busy = false;
+}
+
+void CudaDevice::streamFail(void* token, const std::string& why) {
+  auto* h = static_cast<Hold*>(token);
+  if (h == nullptr) return;
+  if (!trapFailed_) {
+    XCCL_WARN(COLL, "cuda:", ordinal_, ": ", why,
+              "; the stream goes on (XCCL_CUDA_FAILED_HOLD=release): its outputs are not results");
+    streamResume(token);
+    return;
+  }
+  XCCL_WARN(COLL, "cuda:", ordinal_, ": ", why,
+            "; faulting the CUDA context behind the hold so that no stream consumes the outputs "
+            "(XCCL_CUDA_FAILED_HOLD=trap): this process's later CUDA calls fail");
+  __atomic_store_n(h->flag, 2u, __ATOMIC_RELEASE);
   std::lock_guard<std::mutex> g(mu_);
   h->busy = false;
 }

@@ -60,6 +60,7 @@ class CudaDevice : public Device {
   void* streamHold(xcclStream_t stream) override;
   bool streamOrdered() const override { return true; }
   void streamResume(void* token) override;
+  void streamFail(void* token, const std::string& why) override;
 
   bool prefersSharedRings() const override { return true; }
   void* allocShared(size_t bytes, std::string* handle) override;
@@ -78,6 +79,7 @@ class CudaDevice : public Device {
   std::string busId_;
   bool hostPointersWork_ = true;  // registered host memory has the same address on the GPU
   void* waitValue_ = nullptr;     // cuStreamWaitValue32, when the driver offers it
+  bool trapFailed_ = true;        // XCCL_CUDA_FAILED_HOLD=trap
 
   mutable std::mutex mu_;
   std::map<const char*, std::pair<size_t, const char*>> staging_;  // host base -> (bytes, device)

@@ -145,8 +145,17 @@ __global__ void divideKernel(T* dst, size_t n, int64_t divisor) {
   }
 }
 
-__global__ void waitFlagKernel(const volatile uint32_t* flag) {
-  while (*flag == 0) __nanosleep(2000);
+// A hold's word: 0 held, 1 released, 2 failed. A failed hold faults the context (__trap):
+// CUDA has no way to fail a stream from the host, and the work queued behind the hold must
+// not read the failed collective's outputs as results.
+__global__ void waitFlagKernel(const volatile uint32_t* flag, bool trapOnFail) {
+  uint32_t v;
+  while ((v = *flag) == 0) __nanosleep(2000);
+  if (trapOnFail && v == 2) __trap();
+}
+
+__global__ void checkFlagKernel(const volatile uint32_t* flag) {
+  if (*flag == 2) __trap();
 }
 
 unsigned blocksFor(size_t work) {
@@ -347,11 +356,17 @@ cudaError_t preloadKernels() {
   keep(load(reduceKernel<uint8_t, BoolAnd>));
   keep(load(reduceKernel<uint8_t, BoolXor>));
   keep(load(waitFlagKernel));
+  keep(load(checkFlagKernel));
   return e;
 }
 
-cudaError_t launchWaitFlag(const volatile uint32_t* flag, cudaStream_t s) {
-  waitFlagKernel<<<1, 1, 0, s>>>(flag);
+cudaError_t launchWaitFlag(const volatile uint32_t* flag, bool trapOnFail, cudaStream_t s) {
+  waitFlagKernel<<<1, 1, 0, s>>>(flag, trapOnFail);
+  return cudaGetLastError();
+}
+
+cudaError_t launchCheckFlag(const volatile uint32_t* flag, cudaStream_t s) {
+  checkFlagKernel<<<1, 1, 0, s>>>(flag);
   return cudaGetLastError();
 }
 

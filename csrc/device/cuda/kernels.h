@@ -27,7 +27,11 @@ cudaError_t launchDivide(void* dst, size_t count, xcclDataType_t dtype, int64_t 
                          cudaStream_t stream);
 // One thread that spins until *flag != 0: the stream-side hold where stream memory
 // operations (cuStreamWaitValue32) are unavailable. `flag` is mapped pinned host memory.
-cudaError_t launchWaitFlag(const volatile uint32_t* flag, cudaStream_t stream);
+// trapOnFail: a flag of 2 (a failed collective) then faults the context (__trap).
+cudaError_t launchWaitFlag(const volatile uint32_t* flag, bool trapOnFail, cudaStream_t stream);
+// One thread that faults the context (__trap) when *flag == 2: queued behind a
+// cuStreamWaitValue32 hold, it keeps a failed collective's outputs from being consumed.
+cudaError_t launchCheckFlag(const volatile uint32_t* flag, cudaStream_t stream);
 // Loads every kernel above into the current device's context now. Under CUDA's lazy loading
 // (the default since 12.2) a kernel's first launch loads it, and that load waits for the
 // context's streams: with a caller's stream held until this very collective completes, the

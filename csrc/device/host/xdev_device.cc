@@ -127,6 +127,15 @@ void XdevDevice::streamResume(void* token) {
   }
 }
 
+void XdevDevice::streamFail(void* token, const std::string& why) {
+  if (token == nullptr) return;
+  xdevError_t e = xdevHoldFail(static_cast<xdevHold_t>(token), why.c_str());
+  if (e != xdevSuccess) {
+    XCCL_WARN(INIT, "xdevHoldFail: ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(),
+              ")");
+  }
+}
+
 bool XdevDevice::exportBuffer(const void* ptr, size_t bytes, PeerRef* ref) {
   static_assert(sizeof(PeerRef) == sizeof(xdevIpcMemHandle_t), "a PeerRef is an IPC handle");
   xdevIpcMemHandle_t h;

@@ -28,6 +28,7 @@ class XdevDevice : public HostDevice {
   void* streamHold(xcclStream_t stream) override;
   bool streamOrdered() const override { return true; }
   void streamResume(void* token) override;
+  void streamFail(void* token, const std::string& why) override;
 
   // Peer reads through xdev's IPC handles (xdevIpcGetMemHandle / xdevIpcOpenMemHandle):
   // device memory lives in shareable segments, so a peer maps and reads it in place.

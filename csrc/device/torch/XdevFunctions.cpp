@@ -14,6 +14,14 @@ namespace xdev_torch {
   if (err == xdevErrorMemoryAllocation) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, message);
   }
+  if (err == xdevErrorStreamFailed) {
+    // A collective this stream waited for failed (libxccl failed its hold): what the caller
+    // was about to read is not a result. torch.distributed.DistBackendError, as the backend's
+    // own errors are; the message names the operation and the peer.
+    TORCH_CHECK_WITH(DistBackendError, false, message,
+                     " (the stream stays failed until torch.xdev.clear_errors(); see "
+                     "docs/RELIABILITY.md, \"A failure travels with the data\")");
+  }
   (void)file;
   (void)line;
   TORCH_CHECK(false, message);

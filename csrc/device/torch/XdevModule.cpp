@@ -46,4 +46,10 @@ PYBIND11_MODULE(_xdev_C, m) {
     sleepOnCurrentStream(ms);
   }, "Queue a host function that sleeps `ms` milliseconds on the current stream (tests)");
   m.def("_stream_pool_size", [] { return kStreamPoolSize; });
+  m.def("_clear_errors", [](int d) {
+    c10::DeviceIndex prev = exchangeDevice(static_cast<c10::DeviceIndex>(d));
+    xdevError_t e = xdevDeviceClearErrors();
+    exchangeDevice(prev);
+    XDEV_CHECK(e);
+  }, "Forget the sticky errors of the device's streams (xdevDeviceClearErrors)");
 }

@@ -7,12 +7,20 @@ using xdev::Runtime;
 
 namespace xdev {
 
-xdevError_t waitAll(const std::vector<std::shared_ptr<Stream>>& streams, bool skipOwn) {
+xdevError_t waitAll(const std::vector<std::shared_ptr<Stream>>& streams, bool skipOwn,
+                    std::string* why) {
   xdevError_t first = xdevSuccess;
   for (const auto& s : streams) {
     if (skipOwn && s.get() == Stream::current()) continue;
-    s->waitFor(s->tail());
-    if (first == xdevSuccess) first = s->error();
+    const uint64_t tail = s->tail();
+    s->waitFor(tail);
+    if (first != xdevSuccess) continue;
+    try {
+      s->check(tail);
+    } catch (const Failure& f) {
+      first = f.code();
+      if (why != nullptr) *why = f.what();
+    }
   }
   return first;
 }
@@ -47,7 +55,18 @@ xdevError_t xdevGetDevice(int* device) {
 xdevError_t xdevDeviceSynchronize(void) {
   return api("xdevDeviceSynchronize", [&] {
     Runtime& rt = Runtime::get();
-    return xdev::waitAll(rt.streams(rt.currentDevice()), false);
+    std::string why;
+    xdevError_t e = xdev::waitAll(rt.streams(rt.currentDevice()), false, &why);
+    XDEV_REQUIRE(e == xdevSuccess, e, why);
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevDeviceClearErrors(void) {
+  return api("xdevDeviceClearErrors", [&] {
+    Runtime& rt = Runtime::get();
+    for (const auto& s : rt.streams(rt.currentDevice())) s->clearErrors();
+    return xdevSuccess;
   });
 }
 

@@ -7,9 +7,11 @@ using xdev::Runtime;
 
 namespace {
 
-// A finished record's answer: the recorded stream's sticky error (xdevSuccess if none).
+// A finished record's answer: the recorded stream's sticky error, or its failure at or
+// before the recorded position (thrown, with its message); xdevSuccess if none.
 xdevError_t doneStatus(const xdev::Event::Mark& mark) {
-  return mark.stream ? mark.stream->error() : xdevSuccess;
+  if (mark.stream) mark.stream->check(mark.pos);
+  return xdevSuccess;
 }
 
 }  // namespace

@@ -120,8 +120,10 @@ xdevError_t xdevMemcpy(void* dst, const void* src, size_t bytes, xdevMemcpyKind 
       std::memmove(dst, src, bytes);
       return xdevSuccess;
     }
-    s->waitFor(s->enqueue([=] { std::memmove(dst, src, bytes); }));
-    return s->error();
+    const uint64_t pos = s->enqueue([=] { std::memmove(dst, src, bytes); });
+    s->waitFor(pos);
+    s->check(pos);
+    return xdevSuccess;
   });
 }
 

@@ -1,6 +1,7 @@
 // C entry points: streams, host-function launches and holds.
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "runtime.h"
 #include "status.h"
@@ -54,16 +55,19 @@ xdevError_t xdevStreamDestroy(xdevStream_t stream) {
 xdevError_t xdevStreamQuery(xdevStream_t stream) {
   return api("xdevStreamQuery", [&] {
     auto s = Runtime::get().stream(stream);
-    if (xdevError_t e = s->error()) return e;
-    return s->reached(s->tail()) ? xdevSuccess : xdevErrorNotReady;
+    const uint64_t tail = s->tail();
+    if (s->error() != xdevSuccess) s->check(tail);  // throws, with the failure's message
+    return s->reached(tail) ? xdevSuccess : xdevErrorNotReady;
   });
 }
 
 xdevError_t xdevStreamSynchronize(xdevStream_t stream) {
   return api("xdevStreamSynchronize", [&] {
     auto s = Runtime::get().stream(stream);
-    s->waitFor(s->tail());
-    return s->error();
+    const uint64_t tail = s->tail();
+    s->waitFor(tail);
+    s->check(tail);
+    return xdevSuccess;
   });
 }
 
@@ -73,14 +77,19 @@ xdevError_t xdevStreamWaitEvent(xdevStream_t stream, xdevEvent_t event, unsigned
     Runtime& rt = Runtime::get();
     auto s = rt.stream(stream);
     xdev::Event::Mark mark = rt.event(event)->mark();
-    // Nothing to wait for: never recorded, recorded on this very stream (already in order),
-    // or already done.
-    if (!mark.stream || mark.stream == s || mark.done()) return xdevSuccess;
+    // Nothing to wait for: never recorded, or recorded on this very stream (in order).
+    if (!mark.stream || mark.stream == s) return xdevSuccess;
     // A gate on the waiting stream, opened by whichever thread brings the other stream to
-    // the position: no worker thread blocks for a wait between streams.
+    // the position: no worker thread blocks for a wait between streams. When the other
+    // stream had failed by then, the gate opens failed: the failure travels to the waiter.
+    auto open = [s, src = mark.stream, pos = mark.pos](const std::shared_ptr<xdev::Gate>& gate) {
+      const std::string why = src->failureAt(pos);
+      s->openGate(gate, why.empty() ? nullptr : &why);
+    };
+    if (mark.done() && mark.stream->failureAt(mark.pos).empty()) return xdevSuccess;
     auto gate = std::make_shared<xdev::Gate>();
     s->enqueueGate(gate);
-    mark.stream->whenReached(mark.pos, [s, gate] { s->openGate(gate); });
+    mark.stream->whenReached(mark.pos, [open, gate] { open(gate); });
     return xdevSuccess;
   });
 }
@@ -125,6 +134,16 @@ xdevError_t xdevStreamHold(xdevStream_t stream, xdevHold_t* hold) {
     h->gate = std::make_shared<xdev::Gate>();
     h->stream->enqueueGate(h->gate);
     *hold = reinterpret_cast<xdevHold_t>(h.release());
+    return xdevSuccess;
+  });
+}
+
+xdevError_t xdevHoldFail(xdevHold_t hold, const char* why) {
+  return api("xdevHoldFail", [&] {
+    XDEV_REQUIRE(hold != nullptr, xdevErrorInvalidValue, "hold is NULL");
+    std::unique_ptr<HoldImpl> h(reinterpret_cast<HoldImpl*>(hold));
+    const std::string message = why != nullptr && *why ? why : "a held operation failed";
+    h->stream->openGate(h->gate, &message);
     return xdevSuccess;
   });
 }

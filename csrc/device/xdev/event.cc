@@ -9,7 +9,7 @@ void Event::record(const std::shared_ptr<Stream>& stream) {
   m.stream = stream;
   if (timing()) {
     auto when = std::make_shared<Clock::time_point>();
-    m.pos = stream->enqueue([when] { *when = Clock::now(); });
+    m.pos = stream->enqueue([when] { *when = Clock::now(); }, /*skippable=*/false);
     m.when = when;
   } else {
     m.pos = stream->tail();

@@ -23,7 +23,10 @@ constexpr int kGreatestPriority = -1;
 
 // Waits for everything queued so far on each stream and returns the first sticky error.
 // skipOwn: leave out the stream whose worker is the calling thread (else that is an error).
-xdevError_t waitAll(const std::vector<std::shared_ptr<Stream>>& streams, bool skipOwn);
+// Waits for every stream's queued work; returns the first stream's error (and its message in
+// *why) without throwing.
+xdevError_t waitAll(const std::vector<std::shared_ptr<Stream>>& streams, bool skipOwn,
+                    std::string* why = nullptr);
 
 class Runtime {
  public:

@@ -44,6 +44,8 @@ const char* xdevGetErrorName(xdevError_t error) {
       return "xdevErrorLaunchFailure";
     case xdevErrorInternal:
       return "xdevErrorInternal";
+    case xdevErrorStreamFailed:
+      return "xdevErrorStreamFailed";
   }
   return "xdevErrorUnknown";
 }
@@ -68,6 +70,8 @@ const char* xdevGetErrorString(xdevError_t error) {
       return "unspecified launch failure";
     case xdevErrorInternal:
       return "internal error";
+    case xdevErrorStreamFailed:
+      return "an operation the stream waited for failed";
   }
   return "unrecognized error code";
 }

@@ -68,8 +68,17 @@ Stream::~Stream() {
   stopLocked(lock);
 }
 
-uint64_t Stream::enqueue(Task task) {
+void Stream::countItemLocked(const Item& item) {
+  if (item.gate && item.gate->failed && failedAt_ == 0) {
+    failedAt_ = completed_ + 1;  // the gate's own position
+    failure_ = item.gate->why;
+  }
+}
+
+uint64_t Stream::enqueue(Task task, bool skippable) {
   std::unique_lock<std::mutex> lock(mu_);
+  XDEV_REQUIRE(!(skippable && failedLocked()), xdevErrorStreamFailed, "stream ", id_,
+               " has failed: ", failure_);
   if (abandoned_) {  // process exit: no worker any more, run it here
     uint64_t pos = ++enqueued_;
     lock.unlock();
@@ -81,7 +90,7 @@ uint64_t Stream::enqueue(Task task) {
   }
   XDEV_REQUIRE(!stopping_, xdevErrorInvalidResourceHandle, "stream ", id_, " is being destroyed");
   if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
-  queue_.push_back(Item{std::move(task), nullptr});
+  queue_.push_back(Item{std::move(task), nullptr, skippable});
   uint64_t pos = ++enqueued_;
   lock.unlock();
   workCv_.notify_one();
@@ -96,21 +105,26 @@ uint64_t Stream::enqueueGate(const std::shared_ptr<Gate>& gate) {
     return pos;
   }
   XDEV_REQUIRE(!stopping_, xdevErrorInvalidResourceHandle, "stream ", id_, " is being destroyed");
-  queue_.push_back(Item{nullptr, gate});
+  queue_.push_back(Item{nullptr, gate, false});
   return pos;
 }
 
-void Stream::openGate(const std::shared_ptr<Gate>& gate) {
+void Stream::openGate(const std::shared_ptr<Gate>& gate, const std::string* why) {
   bool wakeWorker = false;
   std::vector<Watch> due;
   {
     std::lock_guard<std::mutex> lock(mu_);
     gate->open = true;
+    if (why != nullptr) {
+      gate->failed = true;
+      gate->why = *why;
+    }
     if (running_) return;  // the worker counts it after the task before it
     // Count the open gates at the head here, on the releasing thread: a host waiting on the
     // stream wakes from this thread, and the worker sleeps on unless a task follows.
     bool advanced = false;
     while (!queue_.empty() && queue_.front().gate && queue_.front().gate->open) {
+      countItemLocked(queue_.front());
       queue_.pop_front();
       ++completed_;
       advanced = true;
@@ -145,7 +159,27 @@ void Stream::waitFor(uint64_t pos) {
 
 xdevError_t Stream::error() {
   std::lock_guard<std::mutex> lock(mu_);
-  return error_;
+  if (error_ != xdevSuccess) return error_;
+  return failedAt_ != 0 && completed_ >= failedAt_ ? xdevErrorStreamFailed : xdevSuccess;
+}
+
+std::string Stream::failureAt(uint64_t pos) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failedAt_ != 0 && pos >= failedAt_ ? failure_ : std::string();
+}
+
+void Stream::check(uint64_t pos) {
+  std::unique_lock<std::mutex> lock(mu_);
+  XDEV_REQUIRE(error_ == xdevSuccess, error_, "stream ", id_, ": a host function threw");
+  XDEV_REQUIRE(failedAt_ == 0 || pos < failedAt_, xdevErrorStreamFailed, "stream ", id_,
+               " has failed: ", failure_);
+}
+
+void Stream::clearErrors() {
+  std::lock_guard<std::mutex> lock(mu_);
+  error_ = xdevSuccess;
+  failedAt_ = 0;
+  failure_.clear();
 }
 
 void Stream::drainAndStop() {
@@ -203,7 +237,9 @@ void Stream::run() {
     if (!runnableLocked()) break;  // stopping, and nothing left
     Item item = std::move(queue_.front());
     queue_.pop_front();
-    if (!item.gate) {  // a gate here was released while a task before it ran: just count it
+    // A task behind a failure is not run (its inputs are not what it was queued for); it
+    // still counts, so waiters wake and see the failure.
+    if (!item.gate && !(item.skippable && failedLocked())) {
       running_ = true;
       lock.unlock();
       bool ok = runTask(item.task, id_);
@@ -212,6 +248,7 @@ void Stream::run() {
       running_ = false;
       if (!ok) error_ = xdevErrorLaunchFailure;
     }
+    countItemLocked(item);  // a gate here was released while a task before it ran
     countOneLocked(lock);
   }
   exited_ = true;

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,9 +29,12 @@ namespace xdev {
 
 using Task = std::function<void()>;
 
-// A point in a stream that another thread releases (xdevStreamHold / xdevHoldRelease).
+// A point in a stream that another thread releases (xdevStreamHold / xdevHoldRelease), or
+// fails (xdevHoldFail): the stream fails where the gate stands (see Stream::status).
 struct Gate {
   bool open = false;  // guarded by the owning stream's mutex
+  bool failed = false;
+  std::string why;    // what failed, when failed
 };
 
 class Stream {
@@ -44,12 +48,16 @@ class Stream {
   uint64_t id() const { return id_; }
   int priority() const { return priority_; }
 
-  // Appends task and returns its position.
-  uint64_t enqueue(Task task);
+  // Appends task and returns its position. Work (skippable) on a stream that has failed is
+  // refused with xdevErrorStreamFailed; queued behind a failure that comes later, it is
+  // counted but not run, as a device does not run kernels after a fault. Bookkeeping tasks
+  // (event timestamps) pass skippable = false and always run.
+  uint64_t enqueue(Task task, bool skippable = true);
   // Appends a gate: later positions are not reached until openGate(gate). The gate itself
   // needs no worker: openGate() counts it done when nothing runs before it.
   uint64_t enqueueGate(const std::shared_ptr<Gate>& gate);
-  void openGate(const std::shared_ptr<Gate>& gate);
+  // why != nullptr: the gate opens failed, and so does the stream from its position on.
+  void openGate(const std::shared_ptr<Gate>& gate, const std::string* why = nullptr);
   // Calls fn (on whichever thread advances this stream, or now) once pos is reached. It runs
   // with no stream lock held. xdevStreamWaitEvent uses it to open a gate on the waiting
   // stream: a wait between streams then needs no worker thread on either side.
@@ -60,8 +68,17 @@ class Stream {
   // Blocks until pos is done. Throws Failure(InvalidValue) when called from this stream's
   // own worker for a position it would never reach.
   void waitFor(uint64_t pos);
-  // The sticky error of a task that threw (xdevSuccess if none).
+  // The sticky error of a task that threw (xdevSuccess if none), else xdevErrorStreamFailed
+  // once the stream has passed a failed gate (a failed collective, or a wait on a stream that
+  // had failed).
   xdevError_t error();
+  // The outcome of the work up to position pos, reached: a task's launch failure (sticky, as
+  // before), or a failed gate at or before pos. Throws Failure with the failure's message.
+  void check(uint64_t pos);
+  // The failure in effect at pos, if any ("" when none).
+  std::string failureAt(uint64_t pos);
+  // Forgets launch failures and failed gates (xdevDeviceClearErrors): later work runs again.
+  void clearErrors();
 
   // Waits for all queued work, then stops and joins the worker (xdevStreamDestroy).
   void drainAndStop();
@@ -86,7 +103,11 @@ class Stream {
   struct Item {
     Task task;                   // or:
     std::shared_ptr<Gate> gate;  // a gate
+    bool skippable = true;       // a task not run once the stream has failed
   };
+  // Counts the head item done (a failed gate fails the stream at its position).
+  void countItemLocked(const Item& item);
+  bool failedLocked() const { return failedAt_ != 0; }
   bool runnableLocked() const {  // the head can be taken: a task, or a gate already open
     return !queue_.empty() && (!queue_.front().gate || queue_.front().gate->open);
   }
@@ -102,6 +123,8 @@ class Stream {
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
   xdevError_t error_ = xdevSuccess;
+  uint64_t failedAt_ = 0;  // position of the first failed gate passed (0: none)
+  std::string failure_;    // its message
   bool stopping_ = false;   // the worker exits once the queue is empty
   bool abandoned_ = false;  // process exit: positions count as reached
   bool exited_ = false;

@@ -39,7 +39,13 @@ typedef enum {
   xdevErrorNotReady = 5,
   xdevErrorInvalidDevicePointer = 6,
   xdevErrorLaunchFailure = 7,
-  xdevErrorInternal = 8
+  xdevErrorInternal = 8,
+  /* Addition: work this stream waited for failed (a collective whose peer died, timed out or
+   * was aborted, released with xdevHoldFail), or the stream waited on one that had. Sticky,
+   * like a device fault in CUDA: from the failed position on, synchronising, querying,
+   * recording-then-waiting and launching on the stream return it, with the failure's message
+   * (xdevGetLastErrorMessage), until xdevDeviceClearErrors. */
+  xdevErrorStreamFailed = 9
 } xdevError_t;
 
 typedef struct xdevStream_st* xdevStream_t; /* NULL = the current device's default stream */
@@ -119,6 +125,10 @@ XDEV_API xdevError_t xdevGetDeviceCount(int* count); /* XCCL_XDEV_COUNT, default
 XDEV_API xdevError_t xdevSetDevice(int device);      /* thread-local current device */
 XDEV_API xdevError_t xdevGetDevice(int* device);     /* 0 until the thread sets one */
 XDEV_API xdevError_t xdevDeviceSynchronize(void);    /* all streams of the current device */
+/* Addition: forgets the sticky errors of the current device's streams (launch failures and
+ * failed holds): work queued from now on runs again. What a program calls after it has dealt
+ * with a failed collective (destroyed or rebuilt the group); CUDA needs a context reset. */
+XDEV_API xdevError_t xdevDeviceClearErrors(void);
 /* Addition, like cudaDeviceGetStreamPriorityRange: priorities are accepted and kept, but do
  * not change scheduling (each stream has its own worker). */
 XDEV_API xdevError_t xdevDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority);
@@ -177,7 +187,8 @@ XDEV_API xdevError_t xdevStreamCreateWithPriority(xdevStream_t* stream, unsigned
                                                   int priority);
 XDEV_API xdevError_t xdevStreamDestroy(xdevStream_t stream); /* drains queued work first */
 /* xdevSuccess when all queued work is done, xdevErrorNotReady otherwise; a stream whose host
- * function threw returns xdevErrorLaunchFailure from then on (sticky). */
+ * function threw returns xdevErrorLaunchFailure from then on (sticky), one that passed a
+ * failed hold xdevErrorStreamFailed (sticky). */
 XDEV_API xdevError_t xdevStreamQuery(xdevStream_t stream);
 XDEV_API xdevError_t xdevStreamSynchronize(xdevStream_t stream);
 /* Work queued on `stream` after this call waits until the work `event` captured (its latest
@@ -200,6 +211,12 @@ XDEV_API xdevError_t xdevLaunchHostFunc(xdevStream_t stream, xdevHostFn_t fn, vo
 typedef struct xdevHold_st* xdevHold_t;
 XDEV_API xdevError_t xdevStreamHold(xdevStream_t stream, xdevHold_t* hold);
 XDEV_API xdevError_t xdevHoldRelease(xdevHold_t hold);
+/* Releases the hold as failed (exactly once, instead of xdevHoldRelease; frees it): the
+ * stream fails at the hold's position with xdevErrorStreamFailed and the message `why`, so
+ * nothing that consumes the held operation's output can observe it as a result: work queued
+ * behind the hold is not run, and every later synchronisation of the stream, or of a stream
+ * or event that waits on it, reports the failure. Work before the hold is unaffected. */
+XDEV_API xdevError_t xdevHoldFail(xdevHold_t hold, const char* why);
 
 /* ---- events ----
  * An event belongs to the device current when it is created; it marks "all work queued on
