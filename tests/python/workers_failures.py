@@ -2,9 +2,10 @@
 flight, and every way a survivor could read those collectives' outputs must raise.
 
 The last rank is the victim. After a checked warm-up it fails in the chosen way (killed,
-stopped, or its group aborted) while the survivors enqueue one operation of each kind and
-then look at the outputs each its own way (sync call then .cpu(), work.wait() then .cpu(),
-the future's value, an op on the output, device synchronize). A survivor records, per
+stopped, or its group aborted) while the survivors enqueue one operation of each kind (the
+collectives, a receive from the victim, a coalesced pair, a barrier) and then look at the
+outputs each its own way (sync call then .cpu(), work.wait() then .cpu(), the future's value,
+an op on the output, device synchronize). A survivor records, per
 observation, whether it raised, the exception's type and message, and any value it got: the
 tests require every observation to raise, and none to hand back a value.
 """
@@ -34,6 +35,14 @@ def _victim(how):
     elif how == "exit":
         os._exit(0)
     time.sleep(60)
+
+
+def _coalesced(dev, *tensors):
+    """Two allreduces in one coalesced group; returns the group's Work."""
+    with dist._coalescing_manager(device=dev, async_ops=True) as cm:
+        for t in tensors:
+            dist.all_reduce(t)
+    return cm
 
 
 def _observe(name, fn, out):
@@ -71,6 +80,9 @@ def in_flight(rank, world, how="kill", device="xdev", size=BIG, shm=True):
     a2a_in = torch.full((n * world,), float(rank + 1), device=dev)
     a2a_out = torch.zeros(n * world, device=dev)
     fu = torch.full((n,), float(rank + 1), device=dev)
+    rv = torch.full((n,), float(rank + 1), device=dev)  # received from the victim
+    c1 = torch.full((n,), float(rank + 1), device=dev)  # a coalesced pair
+    c2 = torch.full((SMALL,), float(rank + 1), device=dev)
     op = torch.full((n,), float(rank + 1), device=dev)
     sy = torch.full((n,), float(rank + 1), device=dev)
     out = {}
@@ -88,6 +100,9 @@ def in_flight(rank, world, how="kill", device="xdev", size=BIG, shm=True):
             "fu", dist.all_reduce(fu, async_op=True)),
         "op_on_output": lambda: dist.all_reduce(op),
         "device_synchronize": lambda: dist.all_reduce(sy),
+        "irecv_wait_then_cpu": lambda: works.__setitem__("rv", dist.irecv(rv, src=victim)),
+        "coalesced_wait_then_cpu": lambda: works.__setitem__("co", _coalesced(dev, c1, c2)),
+        "barrier": lambda: dist.barrier(),
     }
     issued = {}
     for name, call in calls.items():
@@ -109,6 +124,11 @@ def in_flight(rank, world, how="kill", device="xdev", size=BIG, shm=True):
         "op_on_output": lambda: (op * 2).sum().item(),
         "device_synchronize": lambda: (torch.accelerator.synchronize(dev.index)
                                        if device == "xdev" else None, sy[0].item())[1],
+        "irecv_wait_then_cpu": lambda: (works["rv"].wait(), rv.cpu()[0].item())[1],
+        "coalesced_wait_then_cpu": lambda: (works["co"].wait(), c1.cpu()[0].item(),
+                                            c2.cpu()[0].item())[1:],
+        # A barrier that returned is a claim that every rank reached it: it may not.
+        "barrier": lambda: "returned",
     }
     for name, fn in observe.items():
         if issued.get(name):

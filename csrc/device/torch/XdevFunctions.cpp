@@ -17,10 +17,15 @@ namespace xdev_torch {
   if (err == xdevErrorStreamFailed) {
     // A collective this stream waited for failed (libxccl failed its hold): what the caller
     // was about to read is not a result. torch.distributed.DistBackendError, as the backend's
-    // own errors are; the message names the operation and the peer.
-    TORCH_CHECK_WITH(DistBackendError, false, message,
-                     " (the stream stays failed until torch.xdev.clear_errors(); see "
-                     "docs/RELIABILITY.md, \"A failure travels with the data\")");
+    // own errors are, and the failure first: it names the operation and the peer.
+    std::string why = detail ? detail : "";
+    const std::string mark = "has failed: ";
+    const size_t at = why.find(mark);
+    if (at != std::string::npos) why = why.substr(at + mark.size());
+    TORCH_CHECK_WITH(DistBackendError, false, why,
+                     " [xdev: the stream this read waits for failed (", call,
+                     "); it stays failed until torch.xdev.clear_errors(): docs/RELIABILITY.md, "
+                     "section 10]");
   }
   (void)file;
   (void)line;
