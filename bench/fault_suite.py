@@ -13,7 +13,11 @@ the same random sequence of verified collectives through torch (all_reduce, broa
 reduce_scatter, all_to_all, barrier, a send/recv ring by batch_isend_irecv or by isend +
 irecv waited with wait(timeout) longer than the group's; 1 byte to --max-bytes; inputs are
 small integers every rank can compute for every other, so every result is checked exactly)
-and the run injects one fault:
+and the run injects one fault. Each run also draws where the tensors live (--devices: cpu,
+or xdev, where every collective is ordered on a stream and its result is read back with
+.cpu(), so that an output a failed collective left unreduced would be caught as wrong) and,
+per collective, how the program waits for it: the blocking call, async_op + wait(), or the
+future's value. The fault:
 
   none      nothing: every rank must complete and verify everything
   late      a rank starts 2-6 s late, or sleeps 2-6 s before an operation: must succeed
@@ -167,6 +171,11 @@ def plan(seed: int, index: int, args, transports: list[str]) -> dict:
     for o in ops:
         o["wait"] = drng.choice(["sync", "async", "future"]) if o["kind"] not in (
             "barrier", "sendrecv") else "sync"
+        if device != "cpu" and o["kind"] == "sendrecv":
+            # On a device stream separate isend and irecv keep the stream's order, as NCCL's
+            # do: a ring of them deadlocks once messages outgrow the transport's buffers, on
+            # NCCL too (docs/PLUGIN.md). A correct program batches them.
+            o["style"] = "batch"
     return {"index": index, "seed": seed, "scenario": sc, "world": world, "device": device,
             "transport": transport, "hosts": hosts, "bounded": bounded, "ops": ops,
             "fault": fault, "salt": rng.randrange(1 << 20),
