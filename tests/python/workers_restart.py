@@ -4,7 +4,7 @@ again in the same processes, many times, with collectives checked in every cycle
 
 torch hands every default group the same store prefix, and keeps the TCPStore server of a
 port alive in its process across destroy_process_group, so each cycle meets the previous
-cycle's keys in the store: the backend must never use them (docs/RELIABILITY.md, section 10).
+cycle's keys in the store: the backend must never use them (docs/RELIABILITY.md, section 11).
 """
 from __future__ import annotations
 
