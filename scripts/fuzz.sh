@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-1000000}
-TARGETS=${TARGETS:-"peer_info topo_file tcp_handshake store_request frames"}
+TARGETS=${TARGETS:-"peer_info topo_file tcp_handshake store_request frames secret_record"}
 command -v clang++ >/dev/null || { echo "fuzz.sh: needs clang (apt install clang)"; exit 2; }
 # The whole core instrumented (ASan + UBSan, and libFuzzer's coverage), not only the targets.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \

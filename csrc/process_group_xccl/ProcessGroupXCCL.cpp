@@ -12,6 +12,7 @@
 
 #include "FlightDump.hpp"
 #include "FlightRecorder.hpp"
+#include "Rendezvous.hpp"
 #include "Utils.hpp"
 
 namespace torch_xccl {
@@ -35,6 +36,11 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   state_->name = options_->group_name.empty() ? std::string("default") : options_->group_name;
 
   StoreCtx ctx{store_};
+  // torch's prefix for this group repeats across initialisations (destroy_process_group +
+  // init_process_group, torchrun restarts): everything below writes under a scope of this
+  // initialisation instead (Rendezvous.hpp).
+  store_ = scopeToInitialisation(store_, size, ctx.callTimeoutMs, &storeScope_);
+  ctx.store = store_;
   xcclStore_t s{&ctx, &storeSet, &storeGet};
   xcclConfig_t cfg{};
   cfg.timeout_ms = options_->timeout.count() > 0 ? options_->timeout.count() : 0;
@@ -42,7 +48,7 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   cfg.deviceType = xcclDeviceHost;  // cpu tensors, whatever XCCL_DEVICE says
   cfg.name = state_->name.c_str();
   xcclComm_t comm = nullptr;
-  // torch hands each group its own prefix store, so one fixed prefix suffices.
+  // store_ is this group's and this initialisation's (above), so one fixed prefix suffices.
   xcclResult_t r = xcclCommInitRankStore(&comm, size, rank, &s, "xccl/", &cfg);
   if (r != xcclSuccess) {
     throwDist("xccl init: rank " + std::to_string(rank) + " of " + std::to_string(size) +
@@ -99,7 +105,8 @@ std::string ProcessGroupXCCL::describe() const {
   os << "ProcessGroupXCCL(rank=" << getRank() << ", size=" << getSize() << ", group='"
      << state_->name << "', timeout_ms=" << options_->timeout.count()
      << ", blocking_wait=" << blockingWait_
-     << ", async_error_handling=" << static_cast<int>(errorMode_) << ")";
+     << ", async_error_handling=" << static_cast<int>(errorMode_) << ", store_scope='"
+     << storeScope_ << "')";
   return os.str();
 }
 

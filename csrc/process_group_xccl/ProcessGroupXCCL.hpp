@@ -358,7 +358,10 @@ class ProcessGroupXCCL : public c10d::Backend {
   void handleAsyncError(WorkXCCL& work, std::exception_ptr error, const std::string& msg);
   void abortComm(const std::string& reason);
 
+  // The store torch handed us, scoped to this initialisation (Rendezvous.hpp): every key the
+  // backend and libxccl write lives under storeScope_, never shared with an earlier attempt.
   c10::intrusive_ptr<c10d::Store> store_;
+  std::string storeScope_;
   c10::intrusive_ptr<Options> options_;
   std::shared_ptr<CommState> state_;  // the host communicator
   std::shared_ptr<DeviceComm> host_;  // state_ as a DeviceComm

@@ -185,14 +185,11 @@ xcclResult_t grouped(const std::function<xcclResult_t()>& body) {
 
 // ---------------------------------------------------------------- store adapter
 
-namespace {
-
 // Runs fn on a thread of its own and waits at most `ms` for it. Returns false when fn did not
 // finish in time: the thread is then left to finish, or to stay blocked, on its own (it holds
 // what it uses: fn owns the store and its results through shared pointers). An exception of
 // fn is rethrown here.
-template <typename F>
-bool callBounded(F fn, int64_t ms) {
+bool callBounded(std::function<void()> fn, int64_t ms) {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
@@ -217,6 +214,8 @@ bool callBounded(F fn, int64_t ms) {
   if (st->error) std::rethrow_exception(st->error);
   return true;
 }
+
+namespace {
 
 std::runtime_error unanswered(const StoreCtx& c, const char* what, const char* key) {
   return std::runtime_error(std::string("the store did not answer ") + what + "(" + key +

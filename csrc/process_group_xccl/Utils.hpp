@@ -76,6 +76,10 @@ xcclResult_t grouped(const std::function<xcclResult_t()>& body);
 // of its own and is given up after TORCH_XCCL_STORE_CALL_TIMEOUT_MS (10 s): torch's TCPStore
 // client reads its replies without a timeout, so a store whose host is cut off (no reset)
 // would hold the rank for as long as TCP retries, many minutes, past every deadline.
+// Runs fn on a thread of its own and waits at most `ms` for it: false when it did not finish
+// in time (the thread is left to finish or stay blocked on its own, so fn must own what it
+// uses); an exception of fn is rethrown.
+bool callBounded(std::function<void()> fn, int64_t ms);
 struct StoreCtx {
   c10::intrusive_ptr<c10d::Store> store;
   int64_t callTimeoutMs = envInt("TORCH_XCCL_STORE_CALL_TIMEOUT_MS", 10000);

@@ -42,6 +42,20 @@ std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadli
 // The secret carried by a unique id.
 std::string uniqueIdSecret(const xcclUniqueId& id);
 
+// A view of `inner` with every key under `prefix` (the caller keeps `inner` alive).
+std::unique_ptr<Store> makeScopedStore(Store& inner, const std::string& prefix);
+
+// Store-based rendezvous of one communicator (xcclCommInitRankStore): rank 0 draws the
+// secret and publishes it (with who wrote it) under "secret"; every other rank waits for a
+// record that is not stale (bootstrap_internal.h, staleSecretReason), waiting past stale ones
+// until `deadline`. Returns the secret.
+std::string publishSecret(Store& store);
+std::string awaitSecret(Store& store, int rank, const Deadline& deadline);
+// The key prefix, derived from the secret (it reveals nothing about it), under which one
+// initialisation writes all its other records: a rank holding this initialisation's secret
+// never reads a record another initialisation wrote, whatever the store still holds.
+std::string recordScope(const std::string& secret);
+
 // What every rank publishes about itself.
 struct PeerInfo {
   int rank = -1;

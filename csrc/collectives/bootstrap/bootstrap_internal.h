@@ -28,6 +28,33 @@ void setThreadHostIdOverride(const std::string& hostId);
 // down once every rank has marked and every client has disconnected.
 constexpr const char* kDoneKeyPrefix = "peer/done/";
 
+// The record rank 0 of a store-based initialisation publishes under "secret": the
+// communicator secret and who wrote it, so that a rank reading it can tell a record left by an
+// earlier initialisation (a process that has exited, or a communicator this process already
+// made) from the current one. Wire form, one line of text:
+//   "XSR1 <secret: 64 lowercase hex> <pid> <start time, clock ticks since boot; 0 = unknown>
+//    <host id: the rest, 1 to 4096 bytes>"
+// with decimal numbers without leading zeros. parseSecretRecord throws RemoteError on anything
+// else, so a parsed record formats back to the same bytes.
+struct SecretRecord {
+  std::string secret;
+  int pid = 0;
+  int64_t startTime = 0;
+  std::string hostId;
+};
+std::string formatSecretRecord(const SecretRecord& rec);
+SecretRecord parseSecretRecord(const std::string& bytes);
+// This process as the writer of a secret record.
+SecretRecord localSecretRecord(const std::string& secret);
+// Why `rec` must not be used by this process ("" when nothing says it is stale): this process
+// already used its secret for a communicator (the record is from an earlier initialisation
+// under the same store prefix), or it names a process on this host that has exited (or whose
+// pid now belongs to another process). A writer on another host cannot be checked from here.
+std::string staleSecretReason(const SecretRecord& rec);
+// Marks a secret as used by this process: a later initialisation that reads it again from a
+// store is reading a stale record (staleSecretReason says so). Keeps the last 4096.
+void retireSecret(const std::string& secret);
+
 // Hex helpers for secrets.
 std::string toHex(const std::string& raw);
 std::string fromHex(const std::string& hex);  // "" when hex is malformed

@@ -10,6 +10,7 @@
 
 #include "../algorithms/algorithm.h"
 #include "../bootstrap/bootstrap.h"
+#include "../bootstrap/bootstrap_internal.h"
 #include "../transport/tcp/socket.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -248,15 +249,21 @@ xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank, const
     net::localAddress();
     auto s = makeCallbackStore(*store, prefix ? prefix : "");
     int64_t t = config && config->timeout_ms > 0 ? config->timeout_ms : 30 * 60 * 1000;
-    // Rank 0 draws the communicator secret; the store is the trusted channel.
-    std::string secret;
-    if (rank == 0) {
-      secret = randomSecret();
-      s->set("secret", secret);
-    } else {
-      secret = s->get("secret", Deadline::after(t));
+    // Rank 0 draws the communicator secret; the store is the trusted channel. The store may
+    // still hold an earlier initialisation's records under this prefix (a re-initialisation,
+    // or a restarted job whose store outlived its processes): the other ranks wait past a
+    // stale secret record (bootstrap/rendezvous.cc), and every other record of this
+    // initialisation lives under a scope derived from its secret, so holding the current
+    // secret means reading only current records.
+    std::string secret = rank == 0 ? publishSecret(*s) : awaitSecret(*s, rank, Deadline::after(t));
+    auto scoped = makeScopedStore(*s, recordScope(secret));
+    try {
+      initComm(comm, nranks, rank, *scoped, secret, config);
+    } catch (...) {
+      retireSecret(secret);
+      throw;
     }
-    initComm(comm, nranks, rank, *s, secret, config);
+    retireSecret(secret);
   });
 }
 

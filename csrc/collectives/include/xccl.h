@@ -150,7 +150,11 @@ XCCL_API xcclResult_t xcclCommInitRank(xcclComm_t* comm, int nranks, xcclUniqueI
 XCCL_API xcclResult_t xcclCommInitRankConfig(xcclComm_t* comm, int nranks, xcclUniqueId commId,
                                              int rank, const xcclConfig_t* config);
 /* Rendezvous through a store: every rank passes the same prefix (unique per
- * communicator, e.g. "pg0/"). */
+ * communicator, e.g. "pg0/"). The store may still hold an earlier initialisation's records
+ * under that prefix: the other ranks wait past a secret record written by a process of their
+ * host that has exited, or that this process already used, and read nothing else that an
+ * earlier initialisation wrote. A writer on another host cannot be checked: when a store
+ * outlives its processes across hosts, use a fresh prefix per initialisation. */
 XCCL_API xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank,
                                             const xcclStore_t* store, const char* prefix,
                                             const xcclConfig_t* config);

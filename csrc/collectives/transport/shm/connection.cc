@@ -10,13 +10,13 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <new>
 
 #include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "common/process.h"
 #include "common/shared_memory.h"
 #include "device/device.h"
 
@@ -192,24 +192,6 @@ std::unique_ptr<Segment> openPeerRing(int rank, int peer, const std::string& des
     seg->setLane(device.openShared(handle, static_cast<int>(pid), lane), &device, false);
   }
   return seg;
-}
-
-// The state letter of process `pid` in /proc/<pid>/stat (R, S, D, T stopped, t traced, Z
-// zombie, X dead), or 'X' when it is gone.
-char processState(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return 'X';
-  std::ifstream f(strCat("/proc/", pid, "/stat"));
-  std::string stat;
-  if (!std::getline(f, stat)) return 'X';
-  size_t paren = stat.rfind(')');  // the command name may contain spaces and parens
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
-  return stat[paren + 2];
-}
-
-// True when process `pid` is gone or a zombie (killed, not yet reaped).
-bool processDead(int pid) {
-  char state = processState(pid);
-  return state == 'Z' || state == 'X';
 }
 
 // Watches a peer process for its exit: a pidfd (Linux 5.3+) becomes readable when the process
