@@ -46,4 +46,8 @@ PYBIND11_MODULE(_xdev_C, m) {
     sleepOnCurrentStream(ms);
   }, "Queue a host function that sleeps `ms` milliseconds on the current stream (tests)");
   m.def("_stream_pool_size", [] { return kStreamPoolSize; });
+  m.def("_accelerator_claimed", [] { return acceleratorClaimed(); },
+        "Whether this process uses xdev as torch's accelerator (XdevFunctions.h)");
+  m.def("_claim_accelerator", [] { claimAccelerator(); },
+        "Make xdev this process's accelerator (torch.xdev.init())");
 }

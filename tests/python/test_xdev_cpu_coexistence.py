@@ -1,0 +1,183 @@
+"""xdev beside CPU-only programs (issue 33, root cause B; docs/XDEV_TORCH.md, "xdev beside
+CPU-only programs").
+
+Installing torch_xccl registers xdev at `import torch` on every machine. A program that never
+uses xdev must keep torch's CPU behaviour exactly (init_process_group() -> gloo, the same
+numbers, the same warnings); a program that uses xdev gets xdev as torch's accelerator and
+init_process_group() -> xccl.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import free_port, run_world
+from xdev_util import ROOT, fake_install
+
+import workers_xdev
+
+# An ordinary CPU training script written for torch alone (world of one, as a laptop run).
+CPU_SCRIPT = textwrap.dedent(r"""
+    import json, sys, warnings
+    import torch, torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def caught(fn):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = fn()
+        return r, sorted({str(x.message).splitlines()[0] for x in w})
+
+    out = {"available": torch.accelerator.is_available(),
+           "checked": str(torch.accelerator.current_accelerator(check_available=True)),
+           "get_accelerator": str(torch._C._get_accelerator())}
+    dist.init_process_group(init_method=sys.argv[1], rank=0, world_size=1)
+    out["backend"] = dist.get_backend()  # torch 2.13 says "undefined" (lazy), as without us
+    out["cpu_backend"] = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__
+    t = torch.arange(4.0)
+    dist.all_reduce(t)
+    out["all_reduce"] = t.tolist()
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ds = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    batches, out["loader_warnings"] = caught(
+        lambda: list(torch.utils.data.DataLoader(ds, batch_size=4, pin_memory=True)))
+    losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item().hex())
+    out["losses"] = losses
+    out["pinned"] = batches[0][0].is_pinned()
+    out["default_device"] = str(torch.get_default_device())
+    dist.destroy_process_group()
+    out["torch_xccl_loaded"] = "torch_xccl" in sys.modules
+    print("RESULT " + json.dumps(out, sort_keys=True))
+""")
+
+
+def _run(code, pythonpath, env_extra=None, args=()):
+    env = dict(os.environ)
+    env.pop("TORCH_XCCL_ACCELERATOR", None)
+    env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                       text=True, timeout=120, cwd="/")
+    assert p.returncode == 0, p.stderr
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.timeout(300)
+def test_unchanged_cpu_script_behaves_exactly_as_without_torch_xccl(tmp_path):
+    installed = fake_install(tmp_path)  # the torch.backends entry point, as pip writes it
+    init = lambda: [f"tcp://127.0.0.1:{free_port()}"]  # noqa: E731
+    without = _run(CPU_SCRIPT, installed, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, init())
+    with_ = _run(CPU_SCRIPT, installed, {}, init())
+    explicit = _run("import torch_xccl\n" + CPU_SCRIPT, installed, {}, init())
+    assert without.pop("torch_xccl_loaded") is False
+    assert with_.pop("torch_xccl_loaded") is True and explicit.pop("torch_xccl_loaded") is True
+    assert without["cpu_backend"] == "ProcessGroupGloo" and without["available"] is False
+    assert with_ == without
+    # importing torch_xccl (for the xccl backend on cpu tensors, say) is not using xdev either
+    assert explicit == without
+
+
+CLAIM = textwrap.dedent("""
+    import torch, torch_xccl
+    before = (torch.accelerator.is_available(), torch.xdev.is_available(),
+              str(torch._C._get_accelerator()), torch.xdev.device_count())
+    {use}
+    after = (torch.accelerator.is_available(), torch.xdev.is_available(),
+             str(torch._C._get_accelerator()))
+    print("RESULT", __import__("json").dumps([before, after]))
+""")
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("use", [
+    "torch.ones(2, device='xdev')",
+    "torch.randn(3).to('xdev:1')",
+    "torch.xdev.set_device(1)",
+    "torch.xdev.init()",
+    "torch.Stream(device='xdev')",
+    "torch.nn.Linear(2, 2).to('xdev')",
+    # torch initialises the accelerator for these (its lazy init, as for CUDA)
+    "torch.accelerator.current_device_index()",
+    "torch.accelerator.set_device_index(0)",
+    # asking the runtime for its memory goes through torch's lazy init too
+    "torch.xdev.mem_get_info()",
+])
+def test_the_first_use_of_xdev_makes_it_the_accelerator(use):
+    before, after = _run(CLAIM.format(use=use), [ROOT])
+    assert before == [False, False, "cpu", 8]
+    assert after == [True, True, "xdev"]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("query", [
+    "torch.accelerator.is_available(); torch.accelerator.current_accelerator()",
+    "torch.manual_seed(3); torch.randn(2)",
+    "torch.xdev.device_count(); torch.xdev.current_device(); torch.xdev.memory_allocated()",
+    "torch.accelerator.device_count(); torch.accelerator.current_accelerator()",
+    "torch.xdev.get_device_name(); torch.xdev.is_bf16_supported()",
+])
+def test_queries_and_seeding_do_not_claim_it(query):
+    before, after = _run(CLAIM.format(use=query), [ROOT])
+    assert after == before[:3] == [False, False, "cpu"]
+
+
+@pytest.mark.timeout(200)
+def test_environment_claims_it_from_the_start():
+    before, _ = _run(CLAIM.format(use="pass"), [ROOT], {"TORCH_XCCL_ACCELERATOR": "xdev"})
+    assert before[:3] == [True, True, "xdev"]
+
+
+@pytest.mark.timeout(200)
+def test_a_forked_child_cannot_initialise_xdev():
+    code = textwrap.dedent("""
+        import multiprocessing as mp, torch, torch_xccl
+        torch.xdev.init()
+        def child(q):
+            try:
+                torch.xdev.init()
+                q.put("no error")
+            except RuntimeError as e:
+                q.put(str(e))
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start(); p.join(60)
+        print("RESULT", __import__("json").dumps(q.get(timeout=5)))
+    """)
+    msg = _run(code, [ROOT])
+    assert msg.startswith("Cannot re-initialize xdev in forked subprocess. To use xdev with "
+                          "multiprocessing, you must use the 'spawn' start method"), msg
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("select,env", [("set_device", False), ("none", True), ("mesh", True)])
+def test_init_process_group_without_backend_on_xdev_is_xccl(select, env, monkeypatch):
+    """set_device: the script selects its xdev device, then init_process_group().
+    none + env: TORCH_XCCL_ACCELERATOR=xdev and nothing else (an unchanged generic script).
+    mesh + env: init_device_mesh("xdev", ...) alone; torch makes the default group in it
+    before it looks at the device, from the accelerator, so that needs xdev to be this
+    process's accelerator already (docs/XDEV_TORCH.md)."""
+    if env:
+        monkeypatch.setenv("TORCH_XCCL_ACCELERATOR", "xdev")
+    else:
+        monkeypatch.delenv("TORCH_XCCL_ACCELERATOR", raising=False)
+    results = run_world(workers_xdev.default_backend_on_xdev, 2, timeout=200, init=False,
+                        port=free_port(), select=select)
+    for r in results:
+        assert r["available_before"] is env, r
+        assert r["accelerator"] == "xdev" and r["xccl"], r  # torch's pick for xdev: xccl
+        assert r["sum"] == [3.0, 3.0, 3.0], r
+        assert r.get("mesh_device", "xdev") == "xdev", r
