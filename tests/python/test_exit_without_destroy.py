@@ -34,9 +34,9 @@ BODY = textwrap.dedent("""
 
 @pytest.mark.timeout(300)
 def test_ranks_that_never_destroy_their_group_exit_zero():
-    for round_ in range(3):
+    procs = []
+    for _ in range(3):  # three worlds of two at once: the race was a coin toss per process
         port = free_port()
-        procs = []
         for rank in range(2):
             env = dict(os.environ, PYTHONPATH=REPO, MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
@@ -44,6 +44,6 @@ def test_ranks_that_never_destroy_their_group_exit_zero():
             procs.append(subprocess.Popen([sys.executable, "-c", BODY], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True))
-        for rank, (rc, out) in enumerate(communicate_all(procs, timeout=120)):
-            assert f"done {rank}" in out, out
-            assert rc == 0 and "terminate called" not in out, f"round {round_}: rc={rc}\n{out}"
+    for i, (rc, out) in enumerate(communicate_all(procs, timeout=240)):
+        assert f"done {i % 2}" in out, out
+        assert rc == 0 and "terminate called" not in out, f"process {i}: rc={rc}\n{out}"
