@@ -21,4 +21,7 @@ git -C "$tmp" checkout -q FETCH_HEAD
 mkdir -p "$dest"
 cp "$tmp/$path"/test_*.py "$dest"/
 echo "openreg_tests.sh: $(ls "$dest" | wc -l) files of PyTorch $tag in $dest"
+# torch.testing._internal needs expecttest (PyTorch's test dependency); torch stays pinned
+$PY -c "import expecttest" 2>/dev/null \
+  || $PY -m pip install -q -c <(echo "torch==$($PY -c 'import torch; print(torch.__version__.split("+")[0])')") expecttest
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} $PY tests/openreg/run_openreg.py "$dest"
