@@ -152,7 +152,7 @@ xdev_ext = CppExtension(
 setup(
     name="torch_xccl",
     version=VERSION,
-    packages=["torch_xccl", "torch_xccl.launcher"],
+    packages=["torch_xccl", "torch_xccl.launcher", "torch_xccl.integrations"],
     # `import torch` imports torch_xccl through this module (entry point group
     # torch.backends, see pyproject.toml) so that device="xdev" works without an import.
     py_modules=["_torch_xccl_autoload"],

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh Debian machine (as root) and builds it:
-# system packages, torch==2.13.0 (CPU), test tools and the YOLOv5 example's needs (PyYAML,
-# Pillow; pycocotools for its mAP cross-check) from PyPI, the core library and its
+# system packages, torch==2.13.0 (CPU), test tools, the YOLOv5 example's needs (PyYAML,
+# Pillow; pycocotools for its mAP cross-check) and transformers + accelerate (the CI sample
+# of tests/clients) from PyPI, the core library and its
 # tests (CMake, ./build), and the torch_xccl extension (editable install against the
 # installed torch). Safe to run again: each step is skipped when already done.
 set -euo pipefail
@@ -24,6 +25,11 @@ PY=${PYTHON:-python3}
 $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q "pytest>=7" pytest-timeout numpy matplotlib ninja pyyaml pillow pycocotools
+# The CI sample of tests/clients (tests/python/test_clients_sample.py) runs the transformers
+# Trainer on accelerate; the constraint keeps torch where it is. scripts/clients.sh installs
+# the other clients (pytorch-lightning, DeepSpeed) and runs them all.
+$PY -c "import transformers, accelerate" 2>/dev/null \
+  || $PY -m pip install -q -c <(echo torch==2.13.0) transformers accelerate
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"

@@ -60,6 +60,17 @@ def flight_record() -> dict:
     return json.loads(_C._flight_record_json())
 
 
+def _before_exit() -> None:
+    """atexit: end the backends' completion threads while Python still runs (a Work they
+    release may own tensors' Python objects; releasing one after Python began to finalize
+    aborts the process, ProcessGroupXCCL.cpp)."""
+    _C._stop_completion_threads_before_exit()
+
+
+import atexit  # noqa: E402
+
+atexit.register(_before_exit)
+
 is_routed = _routing.is_routed
 is_torch_xccl_backend = _routing.is_torch_xccl_backend
 

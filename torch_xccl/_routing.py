@@ -18,15 +18,24 @@ The approach (no torch function is replaced or rewritten): when torch's own XCCL
 available — every CPU or CUDA build — we complete that branch with our backend. The branch
 looks up two names in the ``distributed_c10d`` module namespace at call time:
 
-* ``is_xccl_available`` — rebound there (only there) to a function that answers True when
-  torch_xccl is routed. ``torch.distributed.is_xccl_available`` (the public function, which
-  reports *torch's own* XCCL) is untouched and still answers False;
+* ``is_xccl_available`` — rebound there to a function that answers True when torch_xccl is
+  routed (and, below, the public ``torch.distributed.is_xccl_available`` too);
 * ``ProcessGroupXCCL`` — bound to :class:`ProcessGroupXCCL` below, whose constructor accepts
   both call shapes (with and without ``Options``) and returns torch_xccl's C++ backend.
 
-and one data entry: ``Backend.backend_capability["xccl"] = ["cpu", "xdev", "cuda"]`` so that
+and two data entries: ``Backend.backend_capability["xccl"] = ["cpu", "xdev", "cuda"]`` so that
 ``BackendConfig("xccl")`` maps the "cpu", "xdev" and "cuda" devices to our backend (torch's default
-is "xpu"); torch creates one backend and registers it for every device.
+is "xpu"); torch creates one backend and registers it for every device. And
+``Backend.default_device_backend_map["xdev"] = "xccl"``, the table where torch asks third-party
+devices to name their default backend (cpu -> gloo, cuda -> nccl, xpu -> xccl): it serves
+``init_process_group()`` without a backend in a process whose accelerator is xdev,
+``init_process_group(device_id=torch.device("xdev", i))``, ``init_device_mesh("xdev", ...)``
+and tools that read the table (torchtitan).
+
+``torch.distributed.is_xccl_available`` (the public function, which
+``dist.is_backend_available("xccl")`` consults) is rebound too, to answer True once "xccl"
+reaches torch_xccl: an application asking whether it may pass backend="xccl" gets the true
+answer. What torch itself ships is kept in ``BUILTIN_XCCL_AVAILABLE``.
 ``Backend("xccl")``, ``get_backend()``, ``new_group(backend="xccl")``, "cpu:xccl" strings
 and DDP all go through the same branch.
 
@@ -102,7 +111,9 @@ def _routed_is_xccl_available() -> bool:
 def _install() -> None:
     c10d.ProcessGroupXCCL = ProcessGroupXCCL
     c10d.is_xccl_available = _routed_is_xccl_available
+    dist.is_xccl_available = _routed_is_xccl_available
     c10d.Backend.backend_capability[c10d.Backend.XCCL] = list(DEVICES)
+    c10d.Backend.default_device_backend_map.setdefault("xdev", c10d.Backend.XCCL)
 
 
 def route() -> str:

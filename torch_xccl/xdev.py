@@ -10,6 +10,12 @@ point) renames PrivateUse1 to "xdev" and registers this module as ``torch.xdev``
 Device, stream and event handling is torch's own device-generic machinery (torch.Stream,
 torch.Event, torch.accelerator) over the xdev guard registered by ``torch_xccl._xdev_C``;
 this module adds the CUDA-like names. See docs/XDEV_TORCH.md.
+
+xdev exists on every machine, so it becomes torch's accelerator only in a process that uses
+it (docs/XDEV_TORCH.md, "xdev beside CPU-only programs"): the first xdev tensor, device,
+stream or ``torch.xdev.init()`` claims it, or ``TORCH_XCCL_ACCELERATOR=xdev`` from the start.
+Before that, ``is_available()`` (and so ``torch.accelerator.is_available()``) is False and
+torch picks its CPU defaults, exactly as without torch_xccl.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ __all__ = [
     "get_rng_state", "set_rng_state", "default_generators", "memory_allocated",
     "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
     "reset_peak_memory_stats", "empty_cache", "mem_get_info", "is_initialized", "init",
+    "get_device_name", "get_device_properties", "is_bf16_supported", "get_amp_supported_dtype",
 ]
 
 _DeviceLike = Union[torch.device, str, int, None]
@@ -55,11 +62,10 @@ def _index(device: _DeviceLike = None, optional: bool = True) -> int:
 
 
 def is_available() -> bool:
-    return _C._device_count() > 0
-
-
-def is_initialized() -> bool:
-    return True
+    """True once this process uses xdev (torch's accelerator is then xdev; see the module
+    docstring), and there is at least one device. ``device_count()`` says how many exist
+    whether or not the process uses them; ``init()`` makes xdev this process's device."""
+    return _C._accelerator_claimed() and _C._device_count() > 0
 
 
 _in_bad_fork = False
@@ -81,16 +87,39 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_mark_bad_fork)
 
 
+def _lazy_init() -> None:
+    """Called by torch before it makes a tensor on xdev (torch.ones(..., device="xdev"),
+    tensor.to("xdev")), as for CUDA: refuses a forked child and claims the accelerator."""
+    if _in_bad_fork:
+        raise RuntimeError(
+            "Cannot re-initialize xdev in forked subprocess. To use xdev with "
+            "multiprocessing, you must use the 'spawn' start method (the xdev runtime's "
+            "stream workers do not survive fork)")
+    _C._claim_accelerator()
+
+
 def init() -> None:
-    """Nothing to do: the runtime starts on first use."""
+    """Make xdev this process's device: from now on torch's accelerator is xdev
+    (torch.accelerator.is_available(), init_process_group() without a backend picks xccl).
+    The runtime itself starts at its first use. Raises in a child forked after the import."""
+    _lazy_init()
+
+
+def is_initialized() -> bool:
+    return _C._accelerator_claimed() and not _in_bad_fork
 
 
 def get_amp_supported_dtype() -> list:
-    """What ``torch.autocast("xdev")`` may cast to. xdev has no lower-precision kernels (each op
-    runs the CPU kernel in its own dtype), so only float32: ``torch.autocast("xdev",
-    enabled=False)`` works, and asking for float16/bfloat16 makes torch warn and disable
-    autocast rather than pretend."""
-    return [torch.float32]
+    """What ``torch.autocast("xdev", dtype=...)`` casts to: float16 and bfloat16, with CUDA's
+    op lists and policies (csrc/device/torch/XdevAutocast.cpp); the ops then run the CPU
+    kernels in that dtype. float32 is not an autocast dtype (as for CUDA's lists: torch warns
+    and disables autocast)."""
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 tensors and kernels exist on xdev (those of the CPU)."""
+    return True
 
 
 def device_count() -> int:
@@ -102,7 +131,36 @@ def current_device() -> int:
 
 
 def set_device(device: _DeviceLike) -> None:
-    _C._set_device(_index(device))
+    _C._set_device(_index(device))  # claims the accelerator (XdevFunctions.cpp)
+
+
+class _XdevDeviceProperties:
+    """What ``torch.xdev.get_device_properties(i)`` returns: the fields of
+    ``torch.cuda.get_device_properties`` that mean something for a host-memory device."""
+
+    def __init__(self, index: int, total_memory: int):
+        self.index = index
+        self.name = get_device_name(index)
+        self.type = "xdev"
+        self.total_memory = total_memory  # bytes: the runtime's capacity (XCCL_XDEV_MEMORY)
+        # xdev computes on the host; its kernels are the CPU's, on the calling thread
+        self.multi_processor_count = os.cpu_count() or 1
+        self.is_integrated = True  # device memory is host memory
+
+    def __repr__(self) -> str:
+        return (f"_XdevDeviceProperties(name='{self.name}', index={self.index}, "
+                f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    idx = _index(device)
+    return f"xdev simulated accelerator {idx} (host memory)"
+
+
+def get_device_properties(device: _DeviceLike = None) -> _XdevDeviceProperties:
+    idx = _index(device)
+    return _XdevDeviceProperties(idx, mem_get_info(idx)[1])
 
 
 class device:

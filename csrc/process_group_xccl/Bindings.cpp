@@ -63,6 +63,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return v;
   });
   m.def("xccl_header_version", [] { return XCCL_VERSION_CODE; });
+  m.def("_stop_completion_threads_before_exit",
+        &torch_xccl::ProcessGroupXCCL::stopCompletionThreadsBeforeExit,
+        py::call_guard<py::gil_scoped_release>(),
+        "End every backend's completion thread before the interpreter finalizes (atexit)");
   m.def("_describe",
         [](const c10::intrusive_ptr<c10d::Backend>& b) { return asXccl(b).describe(); });
   m.def("_is_xccl_backend", [](const c10::intrusive_ptr<c10d::Backend>& b) {

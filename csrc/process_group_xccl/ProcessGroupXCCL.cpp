@@ -61,6 +61,45 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   host_ = std::make_shared<DeviceComm>();
   host_->state = state_;
   completion_ = std::thread([this] { completionLoop(); });
+  std::lock_guard<std::mutex> g(liveMu());
+  liveBackends().insert(this);
+}
+
+std::mutex& ProcessGroupXCCL::liveMu() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::set<ProcessGroupXCCL*>& ProcessGroupXCCL::liveBackends() {
+  static auto* live = new std::set<ProcessGroupXCCL*>();  // outlives every backend
+  return *live;
+}
+
+// Why the completion threads must end before Python finalizes: they release the Works they
+// complete, and a Work's tensors may own their Python objects (torch keeps a tensor's
+// PyObject alive with the TensorImpl), so the last release takes the GIL. Once Python is
+// finalizing, a thread that asks for the GIL is ended with pthread_exit, whose unwinding
+// through a destructor (noexcept) calls std::terminate: "terminate called without an active
+// exception", SIGABRT at the very end of a program that did not destroy its process groups
+// (the transformers Trainer, accelerate, DeepSpeed and most scripts do not). torch_xccl
+// registers this with atexit, which runs while Python still runs; the caller releases the
+// GIL, so a completion thread finishing a release meanwhile gets it. Works still queued are
+// not waited for: they are released with their backend, on the thread that destroys it.
+void ProcessGroupXCCL::stopCompletionThreadsBeforeExit() {
+  std::vector<ProcessGroupXCCL*> live;
+  {
+    std::lock_guard<std::mutex> g(liveMu());
+    live.assign(liveBackends().begin(), liveBackends().end());
+    for (auto* pg : live) {
+      std::lock_guard<std::mutex> q(pg->cq_->mu);
+      pg->cq_->exiting = true;
+    }
+  }
+  for (auto* pg : live) {
+    pg->cq_->cv.notify_all();
+    std::lock_guard<std::mutex> g(pg->completionJoinMu_);
+    if (pg->completion_.joinable()) pg->completion_.join();
+  }
 }
 
 void ProcessGroupXCCL::stopCompletionThread() {
@@ -69,10 +108,15 @@ void ProcessGroupXCCL::stopCompletionThread() {
     cq_->stop = true;
   }
   cq_->cv.notify_all();
+  std::lock_guard<std::mutex> g(completionJoinMu_);
   if (completion_.joinable()) completion_.join();
 }
 
 ProcessGroupXCCL::~ProcessGroupXCCL() {
+  {
+    std::lock_guard<std::mutex> g(liveMu());
+    liveBackends().erase(this);
+  }
   stopCompletionThread();
   for (auto& c : allComms()) c->close("process group destroyed", /*destroy=*/true);
 }
@@ -272,6 +316,7 @@ void ProcessGroupXCCL::enqueueForCompletion(
 c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
   std::unique_lock<std::mutex> lk(cq_->mu);
   for (;;) {
+    if (cq_->exiting) return nullptr;
     auto& q = cq_->works;
     while (!q.empty() && q.front()->done()) q.pop_front();
     if (q.empty()) {
@@ -300,7 +345,7 @@ c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
       return w;
     }
     cq_->cv.wait_for(lk, std::chrono::milliseconds(kSweepMs),
-                     [&] { return cq_->stop || cq_->urgent; });
+                     [&] { return cq_->stop || cq_->exiting || cq_->urgent; });
     cq_->urgent = false;
   }
 }
@@ -310,6 +355,7 @@ void ProcessGroupXCCL::completionLoop() {
     c10::intrusive_ptr<WorkXCCL> w = nextWorkToComplete();
     if (!w) return;
     while (!w->done()) {
+      if (exitingNow()) return;  // before exit: do not wait out a Work (nothing will read it)
       xcclResult_t r = xcclInProgress;
       std::string detail;
       auto st = w->poll(kPollMs, r, detail);

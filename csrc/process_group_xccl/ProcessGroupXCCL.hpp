@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -73,6 +74,7 @@ struct CompletionQueue {
   std::condition_variable cv;
   std::deque<c10::intrusive_ptr<WorkXCCL>> works;
   bool stop = false;
+  bool exiting = false;  // the interpreter is about to finalize: end now, wait for nothing
   bool urgent = false;  // a future was requested: complete the front promptly
   void wake() {
     {
@@ -301,6 +303,9 @@ class ProcessGroupXCCL : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
   void abort();
   void shutdown();
+  // Ends the completion thread of every live backend without waiting for their Works, from
+  // Python's atexit, before the interpreter finalizes (ProcessGroupXCCL.cpp says why).
+  static void stopCompletionThreadsBeforeExit();
 
   // Introspection for Python (torch_xccl._C).
   std::string describe() const;
@@ -391,6 +396,14 @@ class ProcessGroupXCCL : public c10d::Backend {
   void stopCompletionThread();
   std::shared_ptr<CompletionQueue> cq_ = std::make_shared<CompletionQueue>();
   std::thread completion_;
+  std::mutex completionJoinMu_;  // stopCompletionThread and the exit hook may both join
+  bool exitingNow() {
+    std::lock_guard<std::mutex> g(cq_->mu);
+    return cq_->exiting;
+  }
+  // Every live backend, for stopCompletionThreadsBeforeExit.
+  static std::mutex& liveMu();
+  static std::set<ProcessGroupXCCL*>& liveBackends();
 };
 
 // Factory used by torch_xccl._C (and the Python routing module).

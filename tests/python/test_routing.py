@@ -29,15 +29,16 @@ def test_xccl_name_routes_to_torch_xccl():
     out = run_py(f"""
         import torch, torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
-        builtin_before = dist.is_xccl_available()
         import torch_xccl
-        assert builtin_before is False, "this test expects a torch without its own XCCL"
+        assert torch_xccl._routing.BUILTIN_XCCL_AVAILABLE is False, \
+            "this test expects a torch without its own XCCL"
         assert torch_xccl.is_routed()
-        # torch's public answer about *its own* XCCL is unchanged
-        assert dist.is_xccl_available() is False
+        # "xccl" reaches torch_xccl, and the public availability answers say so
+        assert dist.is_xccl_available() is True and dist.is_backend_available("xccl")
         assert dist.Backend("xccl") == "xccl" == dist.Backend("XCCL") == dist.Backend.XCCL
         assert c10d.BackendConfig(dist.Backend("xccl")).get_device_backend_map() == {{"cpu": "xccl", "xdev": "xccl", "cuda": "xccl"}}
         assert c10d.Backend.default_device_backend_map["cpu"] == "gloo"  # untouched
+        assert c10d.Backend.default_device_backend_map["xdev"] == "xccl"
         dist.init_process_group("xccl", init_method="tcp://127.0.0.1:{free_port()}",
                                 rank=0, world_size=1)
         assert dist.get_backend() == "xccl"

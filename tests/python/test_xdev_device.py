@@ -5,7 +5,7 @@ import textwrap
 import pytest
 import torch
 
-from xdev_util import ROOT, run_python
+from xdev_util import ROOT, fake_install, run_python
 
 
 def test_privateuse1_is_named_xdev_and_module_registered():
@@ -54,13 +54,14 @@ def test_device_of_and_tensor_helpers():
     assert m.weight.device == torch.device("xdev:0")
 
 
-def test_out_of_range_device_is_a_clear_error():
-    with pytest.raises((IndexError, RuntimeError), match="xdev: invalid device index 99"):
-        torch.ones(2, device="xdev:99")
-    with pytest.raises((IndexError, RuntimeError), match="invalid device index"):
-        torch.xdev.set_device(8)
-    with pytest.raises((IndexError, RuntimeError)):
-        torch.ones(2).to("xdev:8")
+def test_out_of_range_device_is_a_clear_runtime_error():
+    # RuntimeError, as torch's devices raise for a bad ordinal (CUDA: "invalid device ordinal")
+    for bad in (lambda: torch.ones(2, device="xdev:99"), lambda: torch.xdev.set_device(8),
+                lambda: torch.ones(2).to("xdev:8"), lambda: torch.accelerator.set_device_index(8)):
+        with pytest.raises(RuntimeError, match="xdev: invalid device index (99|8). The device "
+                                               "index is out of range") as info:
+            bad()
+        assert not isinstance(info.value, IndexError)
     # the process keeps working
     assert torch.ones(2, device="xdev:7").sum().item() == 2
 
@@ -72,23 +73,6 @@ def test_negative_device_is_a_clear_error():
         torch.xdev.set_device(-3)
 
 
-def _fake_install(tmp_path, with_package=True):
-    """A dist-info with the entry point, as `pip install` would write it."""
-    dist = tmp_path / "torch_xccl-0.1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_xccl\nVersion: 0.1.0\n")
-    (dist / "entry_points.txt").write_text("[torch.backends]\nxdev = _torch_xccl_autoload:load\n")
-    if not with_package:
-        # An installed package whose extension is missing (shadows any other install).
-        (tmp_path / "_torch_xccl_autoload.py").write_text(
-            open(os.path.join(ROOT, "_torch_xccl_autoload.py")).read())
-        (tmp_path / "torch_xccl").mkdir()
-        (tmp_path / "torch_xccl" / "__init__.py").write_text(
-            "raise ImportError('simulated: torch_xccl._xdev_C is missing')\n")
-        return [str(tmp_path)]
-    return [str(tmp_path), ROOT]
-
-
 CHECK = textwrap.dedent("""
     import sys, torch
     print(torch._C._get_privateuse1_backend_name(), 'torch_xccl' in sys.modules)
@@ -98,13 +82,13 @@ CHECK = textwrap.dedent("""
 
 
 def test_autoload_registers_xdev_at_import_torch(tmp_path):
-    r = run_python(CHECK, pythonpath=_fake_install(tmp_path))
+    r = run_python(CHECK, pythonpath=fake_install(tmp_path))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["xdev True", "[2.0, 2.0] 8"]
 
 
 def test_autoload_can_be_disabled(tmp_path):
-    r = run_python(CHECK, pythonpath=_fake_install(tmp_path),
+    r = run_python(CHECK, pythonpath=fake_install(tmp_path),
                    env_extra={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "privateuseone False"
@@ -112,20 +96,42 @@ def test_autoload_can_be_disabled(tmp_path):
 
 def test_autoload_without_the_extension_warns_and_torch_works(tmp_path):
     r = run_python(CHECK + "\nprint(torch.ones(2).sum().item())",
-                   pythonpath=_fake_install(tmp_path, with_package=False))
+                   pythonpath=fake_install(tmp_path, with_package=False))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["privateuseone", "False", "2.0"]
     assert "could not be registered" in r.stderr
 
 
-def test_autocast_on_xdev_disabled_works_and_enabled_says_it_cannot():
-    import warnings
+def test_cuda_shaped_device_queries():
+    assert torch.xdev.get_device_name() == torch.xdev.get_device_name(0)
+    assert "xdev" in torch.xdev.get_device_name("xdev:3")
+    props = torch.xdev.get_device_properties(1)
+    free, total = torch.xdev.mem_get_info(1)
+    assert props.total_memory == total == 16 * 1024**3 and 0 < free <= total
+    assert props.name == torch.xdev.get_device_name(1) and props.multi_processor_count >= 1
+    assert torch.xdev.is_bf16_supported()
+    with pytest.raises(RuntimeError, match="invalid device index"):
+        torch.xdev.get_device_properties(8)
 
-    x = torch.ones(2, 2, device="xdev:0")
-    with torch.autocast("xdev", enabled=False):
-        assert (x @ x).dtype == torch.float32
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with torch.autocast("xdev", dtype=torch.float16):
-            assert (x @ x).dtype == torch.float32  # nothing is cast on xdev
-    assert any("xdev" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+def test_device_capability_lists_what_xdev_can_hold():
+    from torch.testing._internal.common_dtype import get_all_dtypes
+
+    supported = torch.accelerator.get_device_capability("xdev:0")["supported_dtypes"]
+    quantized = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
+    for dtype in get_all_dtypes(include_complex32=True, include_qint=True):
+        if dtype in quantized:
+            assert dtype not in supported
+            with pytest.raises(NotImplementedError):
+                torch.empty(2, dtype=dtype, device="xdev")
+        else:
+            assert dtype in supported
+            x = torch.zeros(2, dtype=dtype, device="xdev")
+            assert torch.equal(x.to(torch.float32).cpu(), torch.zeros(2))
+
+
+def test_is_backend_available_says_xccl_after_the_import():
+    import torch.distributed as dist
+
+    assert dist.is_backend_available("xccl") and dist.is_xccl_available()
+    assert dist.Backend.default_device_backend_map["xdev"] == "xccl"

@@ -40,6 +40,14 @@ def test_fsdp2_on_xdev_matches_one_process():
         assert r["diff"] < 1e-5, r
 
 
+@pytest.mark.timeout(240)
+def test_fsdp2_from_a_cpu_model_moves_it_to_xdev_and_matches_one_process():
+    results = run_world(workers_xdev.fsdp2_from_cpu_model, 2, timeout=220)
+    for r in results:
+        assert r["devices"] == ["xdev:0"] or r["devices"] == ["xdev:1"], r
+        assert r["params_kept"] and r["diff"] < 1e-5, r
+
+
 @pytest.mark.timeout(180)
 def test_dtensor_redistribute_on_xdev():
     results = run_world(workers_xdev.dtensor_on_xdev, 2, timeout=160, device_id="xdev")

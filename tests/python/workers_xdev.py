@@ -357,6 +357,70 @@ def fsdp2_on_xdev(rank, world, device="xdev"):
     return {"diff": _diff([p.detach() for p in ref.parameters()], full)}
 
 
+def fsdp2_from_cpu_model(rank, world):
+    """fully_shard of a model still on the cpu, on an xdev mesh: FSDP2 moves every parameter
+    to the mesh's device in place (param.data = param.to(xdev)), which raised "set_data ...
+    incompatible tensor type" before xdev answered _has_compatible_shallow_copy_type. The
+    optimizer is made after sharding from the same Parameter objects FSDP2 moved."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dev = _dev(rank)
+    mesh = init_device_mesh("xdev", (world,))
+    ref = _model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    model = _model()  # on the cpu
+    before = [id(p) for p in model.parameters()]
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    devices = sorted({str(p.device) for p in model.parameters()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [_batches(r) for r in range(world)]
+    for step in range(4):
+        xs = torch.cat([batches[r][step][0] for r in range(world)])
+        ys = torch.cat([batches[r][step][1] for r in range(world)])
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(ref(xs), ys).backward()
+        ref_opt.step()
+        x, y = batches[rank][step]
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x.to(dev)), y.to(dev)).backward()
+        opt.step()
+    full = [p.full_tensor().detach().cpu() for p in model.parameters()]
+    return {"diff": _diff([p.detach() for p in ref.parameters()], full), "devices": devices,
+            "params_kept": len(before) == len(list(model.parameters()))}
+
+
+def default_backend_on_xdev(rank, world, port, select="set_device"):
+    """init_process_group() with no backend, as an unchanged accelerator-generic script
+    calls it, in a process that uses xdev: torch picks its accelerator's default backend,
+    which for xdev is xccl (Backend.default_device_backend_map["xdev"]). ``select``: the
+    script calls torch.xdev.set_device first ("set_device"), nothing ("none": the parent sets
+    TORCH_XCCL_ACCELERATOR=xdev), or only init_device_mesh("xdev", ...) ("mesh")."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    out = {"available_before": torch.accelerator.is_available()}
+    if select == "set_device":
+        torch.xdev.set_device(rank % 2)
+    if select == "mesh":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("xdev", (world,))
+        out["mesh_device"] = mesh.device_type
+    else:
+        dist.init_process_group()
+    out["accelerator"] = str(torch.accelerator.current_accelerator(check_available=True))
+    out["backend"] = dist.get_backend()  # "undefined" for a backend torch picks (lazily)
+    dev = torch.device("xdev", torch.xdev.current_device())
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t)
+    out["sum"] = t.cpu().tolist()
+    backend = dist.group.WORLD._get_backend(dev)  # made by the first collective
+    out["xccl"] = bool(__import__("torch_xccl")._C._is_xccl_backend(backend))
+    return out
+
+
 def dtensor_on_xdev(rank, world):
     """DTensor's redistribute over xccl: Shard(0) -> Replicate (all_gather), Partial ->
     Replicate (all_reduce), Partial -> Shard (reduce_scatter)."""

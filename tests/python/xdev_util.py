@@ -12,6 +12,8 @@ import torch  # noqa: E402
 
 import torch_xccl  # noqa: F401  (registers the xdev device)
 
+torch.xdev.init()  # these tests use xdev: it is this process's accelerator from the start
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -24,3 +26,18 @@ def run_python(code, env_extra=None, pythonpath=None, timeout=120):
                           timeout=timeout, cwd="/")
 
 
+def fake_install(tmp_path, with_package=True):
+    """A dist-info with the entry point, as `pip install` would write it."""
+    dist = tmp_path / "torch_xccl-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_xccl\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[torch.backends]\nxdev = _torch_xccl_autoload:load\n")
+    if not with_package:
+        # An installed package whose extension is missing (shadows any other install).
+        (tmp_path / "_torch_xccl_autoload.py").write_text(
+            open(os.path.join(ROOT, "_torch_xccl_autoload.py")).read())
+        (tmp_path / "torch_xccl").mkdir()
+        (tmp_path / "torch_xccl" / "__init__.py").write_text(
+            "raise ImportError('simulated: torch_xccl._xdev_C is missing')\n")
+        return [str(tmp_path)]
+    return [str(tmp_path), ROOT]

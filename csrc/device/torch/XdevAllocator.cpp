@@ -269,6 +269,7 @@ void deleteBlock(void* ctx) {
 }  // namespace
 
 c10::DataPtr XdevDeviceAllocator::allocate(size_t nbytes) {
+  claimAccelerator();  // the first xdev tensor makes xdev this process's accelerator
   const c10::DeviceIndex device = currentDevice();
   if (nbytes == 0) {
     return c10::DataPtr(nullptr, nullptr, &deleteBlock, c10::Device(kXdev, device));

@@ -1,5 +1,9 @@
 #include "XdevFunctions.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "XdevException.h"
 
 namespace xdev_torch {
@@ -44,11 +48,30 @@ c10::DeviceIndex deviceCount() noexcept {
   return count;
 }
 
+namespace {
+
+bool claimedByEnvironment() {
+  const char* v = std::getenv("TORCH_XCCL_ACCELERATOR");
+  return v != nullptr && std::strcmp(v, "xdev") == 0;
+}
+
+std::atomic<bool>& claimFlag() {
+  static std::atomic<bool> claimed{claimedByEnvironment()};
+  return claimed;
+}
+
+}  // namespace
+
+bool acceleratorClaimed() noexcept { return claimFlag().load(std::memory_order_acquire); }
+
+void claimAccelerator() noexcept { claimFlag().store(true, std::memory_order_release); }
+
+// A RuntimeError, as torch's devices raise for a bad ordinal (CUDA: "invalid device ordinal").
 void checkDeviceIndex(c10::DeviceIndex index) {
-  TORCH_CHECK_INDEX(index >= 0 && index < deviceCount(), "xdev: invalid device index ",
-                    static_cast<int>(index), ", there are ", static_cast<int>(deviceCount()),
-                    " xdev devices (valid: xdev:0 .. xdev:", deviceCount() - 1,
-                    "; XCCL_XDEV_COUNT sets how many)");
+  TORCH_CHECK(index >= 0 && index < deviceCount(), "xdev: invalid device index ",
+              static_cast<int>(index), ". The device index is out of range: there are ",
+              static_cast<int>(deviceCount()), " xdev devices (valid: xdev:0 .. xdev:",
+              deviceCount() - 1, "; XCCL_XDEV_COUNT sets how many)");
 }
 
 c10::DeviceIndex currentDevice() {
@@ -59,10 +82,13 @@ c10::DeviceIndex currentDevice() {
 
 void setDevice(c10::DeviceIndex index) {
   checkDeviceIndex(index);
+  claimAccelerator();  // selecting an xdev device is using xdev
   XDEV_CHECK(xdevSetDevice(index));
 }
 
 c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) {
+  checkDeviceIndex(index);
+  claimAccelerator();  // every DeviceGuard on xdev comes here
   const c10::DeviceIndex previous = currentDevice();
   if (index != previous) {
     setDevice(index);

@@ -18,6 +18,15 @@ c10::DeviceIndex exchangeDevice(c10::DeviceIndex index);
 // -1 means the current device.
 c10::DeviceIndex resolveDevice(c10::DeviceIndex index);
 
+// Whether this process uses xdev as torch's accelerator (docs/XDEV_TORCH.md, "xdev beside
+// CPU-only programs"). Until it does, the hooks report xdev unavailable, so torch's accelerator
+// checks (torch.accelerator.is_available(), torch._C._get_accelerator(), init_process_group()
+// without a backend) answer as on a machine without one. Claimed at the first use of the
+// device (selecting an xdev device, allocating on it), by torch.xdev.init(), or from the start
+// with TORCH_XCCL_ACCELERATOR=xdev. Never given back.
+bool acceleratorClaimed() noexcept;
+void claimAccelerator() noexcept;
+
 // RAII: switch the runtime's current device for a scope (no-op when already there).
 class DeviceSwitch {
  public:

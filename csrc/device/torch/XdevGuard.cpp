@@ -44,6 +44,22 @@ struct XdevGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::DeviceIndex deviceCount() const noexcept override { return xdev_torch::deviceCount(); }
 
+  // torch.accelerator.get_device_capability: the dtypes an xdev tensor can hold and convert
+  // between. xdev memory holds whatever a CPU tensor holds, except the quantized dtypes: the
+  // QuantizedPrivateUse1 key has no kernels, so torch.empty(..., dtype=torch.qint8,
+  // device="xdev") fails (tests/python/test_xdev_device.py checks this list both ways).
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    checkDeviceIndex(d.index() < 0 ? currentDevice() : d.index());
+    c10::DeviceCapability cap;  // every dtype
+    auto& types = cap.capability_data.supported_scalar_types;
+    types.has_QInt8 = 0;
+    types.has_QUInt8 = 0;
+    types.has_QInt32 = 0;
+    types.has_QUInt4x2 = 0;
+    types.has_QUInt2x4 = 0;
+    return cap;
+  }
+
   // ---- events: void* is an xdevEvent_t, created lazily at the first record ----
   void destroyEvent(void* event, const c10::DeviceIndex device) const noexcept override {
     if (event != nullptr) {

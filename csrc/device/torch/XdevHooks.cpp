@@ -12,7 +12,10 @@ namespace {
 
 struct XdevHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return deviceCount() > 0; }
+  // Unavailable until the process uses xdev (XdevFunctions.h, acceleratorClaimed): torch asks
+  // this to pick its accelerator (torch._C._get_accelerator(), so init_process_group() without
+  // a backend), and a CPU-only program must get the answers of a machine without one.
+  bool isAvailable() const override { return acceleratorClaimed() && deviceCount() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex device) const override { return true; }
   void init() const override {}
 

@@ -52,4 +52,8 @@ PYBIND11_MODULE(_xdev_C, m) {
     exchangeDevice(prev);
     XDEV_CHECK(e);
   }, "Forget the sticky errors of the device's streams (xdevDeviceClearErrors)");
+  m.def("_accelerator_claimed", [] { return acceleratorClaimed(); },
+        "Whether this process uses xdev as torch's accelerator (XdevFunctions.h)");
+  m.def("_claim_accelerator", [] { claimAccelerator(); },
+        "Make xdev this process's accelerator (torch.xdev.init())");
 }

@@ -438,6 +438,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> xdevConvolutionBackward(
   return {back(gi), back(gw), back(gb)};
 }
 
+// ---------------------------------------------------------------- shallow copy
+
+// torch.nn.Module._apply asks `_has_compatible_shallow_copy_type(param, param.to(device))`:
+// when true it moves each parameter in place (`param.data = moved`), so tied weights stay
+// tied and optimizers built earlier keep their tensors; when false it makes new Parameters.
+// torch's own answer (TensorImpl::has_compatible_shallow_copy_type) knows the dense CPU, CUDA,
+// MPS, HIP, XPU, HPU and MTIA backends and leaves PrivateUse1 to the backend's kernel. Dense
+// xdev memory is host memory described by the same strided metadata, so an xdev tensor and a
+// dense tensor of any of those backends can take each other's storage (set_data), exactly as
+// CPU and CUDA can (sparse, quantized and nested tensors are not Dense and never match).
+bool xdevHasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  const c10::DispatchKeySet selfKeys = self.key_set();
+  const c10::DispatchKeySet fromKeys = from.key_set();
+  if (selfKeys == fromKeys) {
+    return true;
+  }
+  auto dense = [](c10::DispatchKeySet ks) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit,
+         c10::BackendComponent::MPSBit, c10::BackendComponent::HIPBit,
+         c10::BackendComponent::XPUBit, c10::BackendComponent::HPUBit,
+         c10::BackendComponent::MTIABit, c10::BackendComponent::PrivateUse1Bit});
+    return ks.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && ks.has_any(backends);
+  };
+  return dense(selfKeys) && dense(fromKeys);
+}
+
 }  // namespace
 
 void sleepOnCurrentStream(int64_t ms) {
@@ -451,6 +478,7 @@ void sleepOnCurrentStream(int64_t ms) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", xdevHasCompatibleShallowCopyType);
   m.impl("empty.memory_format", xdevEmpty);
   m.impl("empty_strided", xdevEmptyStrided);
   m.impl("as_strided", xdevAsStrided);

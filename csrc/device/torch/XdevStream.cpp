@@ -73,6 +73,7 @@ c10::Stream currentStream(c10::DeviceIndex device) {
 
 c10::Stream streamFromPool(c10::DeviceIndex device) {
   device = resolveDevice(device);
+  claimAccelerator();  // a new xdev stream (torch.Stream(device="xdev")) is using xdev
   DevicePool& p = pool(device);
   const uint32_t k = p.next.fetch_add(1) % kStreamPoolSize;
   return makeStream(device, streamIdOf(p.streams[k]));
@@ -80,6 +81,7 @@ c10::Stream streamFromPool(c10::DeviceIndex device) {
 
 c10::Stream exchangeStream(const c10::Stream& stream) {
   (void)nativeStream(stream);  // validates
+  claimAccelerator();
   const c10::DeviceIndex device = stream.device_index();
   c10::Stream previous = makeStream(device, tlsCurrent[device]);
   tlsCurrent[device] = stream.id();
