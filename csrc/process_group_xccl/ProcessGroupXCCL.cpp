@@ -86,18 +86,16 @@ std::set<ProcessGroupXCCL*>& ProcessGroupXCCL::liveBackends() {
 // GIL, so a completion thread finishing a release meanwhile gets it. Works still queued are
 // not waited for: they are released with their backend, on the thread that destroys it.
 void ProcessGroupXCCL::stopCompletionThreadsBeforeExit() {
-  std::vector<ProcessGroupXCCL*> live;
-  {
-    std::lock_guard<std::mutex> g(liveMu());
-    live.assign(liveBackends().begin(), liveBackends().end());
-    for (auto* pg : live) {
-      std::lock_guard<std::mutex> q(pg->cq_->mu);
-      pg->cq_->exiting = true;
-    }
+  // Held throughout, so no backend is destroyed (its destructor takes it first) while its
+  // thread is joined here; the completion threads never take it.
+  std::lock_guard<std::mutex> g(liveMu());
+  for (auto* pg : liveBackends()) {
+    std::lock_guard<std::mutex> q(pg->cq_->mu);
+    pg->cq_->exiting = true;
   }
-  for (auto* pg : live) {
+  for (auto* pg : liveBackends()) {
     pg->cq_->cv.notify_all();
-    std::lock_guard<std::mutex> g(pg->completionJoinMu_);
+    std::lock_guard<std::mutex> j(pg->completionJoinMu_);
     if (pg->completion_.joinable()) pg->completion_.join();
   }
 }

@@ -25,6 +25,7 @@ class Regression(pl.LightningModule):
         self.net = common.mlp()
         self.losses = []
         self.seen = set()
+        self.compute = set()
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -34,7 +35,9 @@ class Regression(pl.LightningModule):
         return loss
 
     def forward(self, x):
-        return self.net(x)
+        out = self.net[0](x)  # the first matmul: bfloat16 only if autocast is on
+        self.compute.add(str(out.dtype))
+        return self.net[1:](out)
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=0.01)
@@ -66,4 +69,5 @@ trainer = pl.Trainer(accelerator=accelerator, devices=world, strategy=strategy,
 trainer.fit(model, loader)
 backend = torch.distributed.get_backend()
 common.save(args, model.net.parameters(), model.losses, client="lightning",
-            batch_devices=sorted(model.seen), pg_backend=backend)
+            batch_devices=sorted(model.seen), compute_dtypes=sorted(model.compute),
+            pg_backend=backend)

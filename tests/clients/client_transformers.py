@@ -51,6 +51,8 @@ class Tokens(torch.utils.data.Dataset):
 
 
 losses = []
+compute = set()  # the dtype GPT-2's first MLP matmul ran in: bfloat16 only if autocast was on
+model.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: compute.add(str(o.dtype)))
 
 
 class Record(__import__("transformers").TrainerCallback):
@@ -71,6 +73,7 @@ trainer.train()
 m = trainer.model.module if hasattr(trainer.model, "module") else trainer.model
 tied = m.lm_head.weight is m.transformer.wte.weight
 common.save(args, m.parameters(), losses, client="transformers", tied=tied,
+            compute_dtypes=sorted(compute),
             param_device=str(next(m.parameters()).device), trainer_device=str(targs.device),
             pg_backend=dist.get_backend() if dist.is_initialized() else None)
 shutil.rmtree(out_dir, ignore_errors=True)

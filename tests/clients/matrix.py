@@ -59,6 +59,9 @@ def where_it_ran(run: dict, device: str) -> list[str]:
             problems.append(f"rank computed on {seen}, asked for {device}")
         if "tied" in r and not r["tied"]:
             problems.append("lm_head is no longer tied to wte")
+        want = "torch.bfloat16" if r["precision"] == "bf16" else "torch.float32"
+        if "compute_dtypes" in r and r["compute_dtypes"] != [want]:
+            problems.append(f"matmuls ran in {r['compute_dtypes']}, expected {want}")
         if r.get("pg_backend") not in (None, "undefined", r["backend"]):
             problems.append(f"process group backend {r['pg_backend']}, asked for {r['backend']}")
     return problems
