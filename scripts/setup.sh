@@ -14,6 +14,7 @@ command -v g++ >/dev/null || need_apt+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(googletest libgtest-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need_apt+=(libcli11-dev)
 command -v ip >/dev/null || need_apt+=(iproute2)  # hosts made of network namespaces (tests)
+command -v ccache >/dev/null || need_apt+=(ccache)  # compiles seen before are not repeated
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -24,19 +25,22 @@ PY=${PYTHON:-python3}
 # torch is pinned: the unpinned name pulls a multi-GB CUDA build from the registry.
 $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q "pytest>=7" pytest-timeout numpy matplotlib ninja pyyaml pillow pycocotools
+$PY -m pip install -q "pytest>=7" pytest-timeout pytest-xdist numpy matplotlib ninja pyyaml pillow pycocotools
 # The CI sample of tests/clients (tests/python/test_clients_sample.py) runs the transformers
 # Trainer on accelerate; the constraint keeps torch where it is. scripts/clients.sh installs
 # the other clients (pytorch-lightning, DeepSpeed) and runs them all.
 $PY -c "import transformers, accelerate" 2>/dev/null \
   || $PY -m pip install -q -c <(echo torch==2.13.0) transformers accelerate
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# ccache (XCCL_CCACHE=0 to compile without it): a compile this machine has done before, in
+# any checkout (paths are taken relative to the checkout), is taken from ~/.cache/ccache.
+source scripts/ccache_env.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${CCACHE_CMAKE_ARGS[@]}" >/dev/null
 cmake --build build -j"$(nproc)"
 
 # --no-build-isolation: build against the torch installed above, never fetch another.
 # XCCL_CORE_BUILD: the plugin bundles the libxccl/libxdev just built in ./build instead of
 # configuring and compiling the core a second time.
-XCCL_CORE_BUILD="$PWD/build" MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+XCCL_CORE_BUILD="$PWD/build" MAX_JOBS=${MAX_JOBS:-$(nproc)} PATH="$CCACHE_PATH$PATH" \
   $PY -m pip install -q --no-build-isolation -e .
 echo "setup: done (core in ./build, torch_xccl installed editable)"
