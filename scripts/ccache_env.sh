@@ -1,16 +1,14 @@
 # Sourced by scripts/setup.sh and scripts/test_sanitized.sh: compile through ccache where the
-# machine has it, unless XCCL_CCACHE=0. Sets CCACHE_CMAKE_ARGS (compiler launchers for CMake)
-# and CCACHE_PATH (a PATH prefix whose c++/g++ are ccache, for the plugin's setuptools build,
-# which has no launcher setting). Paths under the checkout are hashed relative to it
-# (CCACHE_BASEDIR, and not the build directory: CCACHE_NOHASHDIR), so a fresh clone elsewhere
-# reuses what another clone compiled.
+# machine has it, unless XCCL_CCACHE=0: sets CCACHE_CMAKE_ARGS (compiler launchers for the
+# core's CMake builds). Paths under the checkout are hashed relative to it (CCACHE_BASEDIR,
+# and not the build directory: CCACHE_NOHASHDIR), so a fresh clone elsewhere reuses what
+# another clone compiled (113 of the core's 117 objects). The plugin is not cached: pip
+# builds it in a new temporary directory each time.
 CCACHE_CMAKE_ARGS=()
-CCACHE_PATH=""
 if [ "${XCCL_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
   CCACHE_CMAKE_ARGS=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
                      -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  [ -d /usr/lib/ccache ] && CCACHE_PATH="/usr/lib/ccache:"
 else
   CCACHE_CMAKE_ARGS=(-UCMAKE_CXX_COMPILER_LAUNCHER -UCMAKE_C_COMPILER_LAUNCHER
                      -UCMAKE_CUDA_COMPILER_LAUNCHER)
