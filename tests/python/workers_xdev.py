@@ -342,6 +342,13 @@ def fsdp2_on_xdev(rank, world, device="xdev"):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    full = _train_beside_reference(model, opt, ref, ref_opt, rank, world, dev)
+    return {"diff": _diff([p.detach() for p in ref.parameters()], full)}
+
+
+def _train_beside_reference(model, opt, ref, ref_opt, rank, world, dev):
+    """Four SGD steps of the sharded model on this rank's batches and of the one-process
+    reference on every rank's; returns the sharded model's full parameters on the cpu."""
     batches = [_batches(r) for r in range(world)]
     for step in range(4):
         xs = torch.cat([batches[r][step][0] for r in range(world)])
@@ -353,8 +360,7 @@ def fsdp2_on_xdev(rank, world, device="xdev"):
         opt.zero_grad()
         nn.functional.mse_loss(model(x.to(dev)), y.to(dev)).backward()
         opt.step()
-    full = [p.full_tensor().detach().cpu() for p in model.parameters()]
-    return {"diff": _diff([p.detach() for p in ref.parameters()], full)}
+    return [p.full_tensor().detach().cpu() for p in model.parameters()]
 
 
 def fsdp2_from_cpu_model(rank, world):
@@ -376,18 +382,7 @@ def fsdp2_from_cpu_model(rank, world):
     fully_shard(model, mesh=mesh)
     devices = sorted({str(p.device) for p in model.parameters()})
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    batches = [_batches(r) for r in range(world)]
-    for step in range(4):
-        xs = torch.cat([batches[r][step][0] for r in range(world)])
-        ys = torch.cat([batches[r][step][1] for r in range(world)])
-        ref_opt.zero_grad()
-        nn.functional.mse_loss(ref(xs), ys).backward()
-        ref_opt.step()
-        x, y = batches[rank][step]
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x.to(dev)), y.to(dev)).backward()
-        opt.step()
-    full = [p.full_tensor().detach().cpu() for p in model.parameters()]
+    full = _train_beside_reference(model, opt, ref, ref_opt, rank, world, dev)
     return {"diff": _diff([p.detach() for p in ref.parameters()], full), "devices": devices,
             "params_kept": len(before) == len(list(model.parameters()))}
 

@@ -30,6 +30,12 @@ _CLASS = None
 _HOST_BUILDERS = ("CPUAdamBuilder", "CPUAdagradBuilder", "CPULionBuilder", "AsyncIOBuilder")
 
 
+def _typed_tensor(dtype):
+    """A legacy constructor property (accelerator.FloatTensor(...)): torch.tensor on xdev."""
+    import torch
+    return property(lambda self: functools.partial(torch.tensor, dtype=dtype, device="xdev"))
+
+
 def _make_class():
     global _CLASS
     if _CLASS is not None:
@@ -209,33 +215,13 @@ def _make_class():
             return None
 
         # ---- legacy typed-tensor constructors, on xdev
-        @property
-        def BFloat16Tensor(self):
-            return functools.partial(torch.tensor, dtype=torch.bfloat16, device="xdev")
-
-        @property
-        def ByteTensor(self):
-            return functools.partial(torch.tensor, dtype=torch.uint8, device="xdev")
-
-        @property
-        def DoubleTensor(self):
-            return functools.partial(torch.tensor, dtype=torch.double, device="xdev")
-
-        @property
-        def FloatTensor(self):
-            return functools.partial(torch.tensor, dtype=torch.float, device="xdev")
-
-        @property
-        def HalfTensor(self):
-            return functools.partial(torch.tensor, dtype=torch.half, device="xdev")
-
-        @property
-        def IntTensor(self):
-            return functools.partial(torch.tensor, dtype=torch.int, device="xdev")
-
-        @property
-        def LongTensor(self):
-            return functools.partial(torch.tensor, dtype=torch.long, device="xdev")
+        BFloat16Tensor = _typed_tensor(torch.bfloat16)
+        ByteTensor = _typed_tensor(torch.uint8)
+        DoubleTensor = _typed_tensor(torch.double)
+        FloatTensor = _typed_tensor(torch.float)
+        HalfTensor = _typed_tensor(torch.half)
+        IntTensor = _typed_tensor(torch.int)
+        LongTensor = _typed_tensor(torch.long)
 
         # pinned host memory comes from the xdev host allocator (tensor.pin_memory())
 
