@@ -18,6 +18,13 @@
 #              data path hangs (as it first did on an H200), conform, pytest and bench are
 #              skipped instead of each spending minutes on their timeouts
 #   ctest      the CUDA GoogleTest suites (CudaDevice.*, CudaColl.*)
+#   diag       where a large all_reduce's time goes: xccl-tests -D cuda at 64 MiB over lanes and
+#              over host staging, with XCCL_CUDA_STATS=1 (time per kind of device operation)
+#              and the transport lines of XCCL_DEBUG=INFO, beside -D host
+#   probe      scripts/cuda_pg_probe.py: the backend on CUDA tensors, 2 ranks, step by step,
+#              under a few environments (lazy vs eager module loading, hold kinds, staging);
+#              native stacks of a hung rank. When its default variant fails, pytest and bench
+#              are skipped (they would each spend their timeout)
 #   conform    xccl-tests --conformance -D cuda: 2 and 3 processes, and 2 threads, on the GPU(s)
 #   pytest     tests/python/test_cuda.py
 #   bench      bench/bench_cuda.py: busbw vs the GPU's D2D copy, vs gloo and vs NCCL in the same
@@ -42,8 +49,8 @@ JOBS=${JOBS:-$(nproc)}
 export CUDAARCHS=${CUDAARCHS:-90}
 CPU_RANKS=${XCCL_GPU_CHECK_RANKS:-4 8 16}   # the cpu step's world sizes
 CPU_MAX=${XCCL_GPU_CHECK_CPU_MAX:-64M}      # and its largest message
-ALL_STEPS="info deps core plugin smoke ctest conform pytest bench cpu"
-QUICK_STEPS="info deps core smoke conform"
+ALL_STEPS="info deps core plugin smoke ctest diag probe conform pytest bench cpu"
+QUICK_STEPS="info deps core smoke diag conform"
 steps=$ALL_STEPS
 dry=0
 skip=""
@@ -174,8 +181,10 @@ step_plugin() {
   # Editable install against this machine's torch; no index, no dependencies fetched. The
   # core libraries are the ones the core step built (XCCL_CORE_BUILD): built once.
   XCCL_CORE_BUILD=$BUILD MAX_JOBS=$JOBS $PY -m pip install --no-build-isolation --no-deps --no-index -v -e . 2>&1 |
-    grep -v '^  *copying\|^ *adding' | tail -n 60
+    grep -v '^  *copying\|^ *adding' | tee "$OUT/logs/plugin_full.log" | tail -n 60
   local rc=${PIPESTATUS[0]}
+  # the first compiler errors, which the tail above does not reach
+  [ "$rc" -eq 0 ] || grep -m 12 -B 3 ' error: ' "$OUT/logs/plugin_full.log"
   [ "$rc" -eq 0 ] || return "$rc"
   cd /tmp && $PY -c "import torch, torch_xccl, torch.distributed as d; print('torch_xccl', torch_xccl.__file__, 'xccl', torch_xccl.xccl_version(), 'torch', torch.__version__)"
 }
@@ -199,6 +208,20 @@ step_conform() {
     -J "$OUT/logs/xccl_tests_cuda_p2.json" || rc=1
   return $rc
 }
+
+step_diag() {
+  local t=$BUILD/tools/xccl-tests/xccl-tests
+  for v in "host:" "cuda:" "cuda:XCCL_SHM_LANE=0"; do
+    local dev=${v%%:*} env=${v#*:}
+    echo "--- xccl-tests all_reduce -D $dev -p 2 at 64 MiB ${env:-(defaults)}"
+    # shellcheck disable=SC2086
+    env $env XCCL_CUDA_STATS=1 XCCL_DEBUG=INFO XCCL_DEBUG_SUBSYS=INIT,SHM,NET \
+      timeout -k 5 60 "$t" all_reduce -D "$dev" -p 2 -b 64M -e 64M -n 5 -w 1 -c 1 2>&1 |
+      grep -v '^#  *Rank\|^# *$' | tail -n 40
+  done
+}
+
+step_probe() { $PY scripts/cuda_pg_probe.py --timeout 25 --out "$OUT/logs"; }
 
 step_pytest() { $PY -m pytest tests/python/test_cuda.py -q -rs --timeout=400 --durations=10; }
 
@@ -234,8 +257,8 @@ step_cpu() {
 # ---------------------------------------------------------------------------------------
 T0=$SECONDS
 export ROOT OUT DEPS BUILD PY JOBS CUDAARCHS CPU_RANKS CPU_MAX
-export -f step_info step_deps step_core step_plugin step_smoke step_ctest step_conform step_pytest \
-  step_bench step_cpu
+export -f step_info step_deps step_core step_plugin step_smoke step_ctest step_diag step_probe \
+  step_conform step_pytest step_bench step_cpu
 [ "$dry" = 1 ] && echo "gpu_check: steps: $steps${skip:+ (skipping $skip)}; OUT=$OUT; build in $BUILD; CUDAARCHS=$CUDAARCHS"
 plugin_pid=""
 # The plugin (torch extensions, CPU-bound) builds in the background while the GPU-bound
@@ -258,9 +281,12 @@ for s in $ALL_STEPS; do
       else failed_builds+=" plugin"; fi ;;
     smoke) needs smoke core && { run_step smoke 60 step_smoke || failed_builds+=" smoke"; } ;;
     ctest) needs ctest deps core && run_step ctest 300 step_ctest ;;
+    diag) needs diag core smoke && run_step diag 200 step_diag ;;
+    probe) wait_plugin
+      needs probe plugin smoke && { run_step probe 200 step_probe || failed_builds+=" probe"; } ;;
     conform) needs conform core smoke && run_step conform 300 step_conform ;;
-    pytest) wait_plugin; needs pytest plugin smoke && run_step pytest 600 step_pytest ;;
-    bench) wait_plugin; needs bench plugin smoke && run_step bench 300 step_bench ;;
+    pytest) wait_plugin; needs pytest plugin smoke probe && run_step pytest 600 step_pytest ;;
+    bench) wait_plugin; needs bench plugin smoke probe && run_step bench 300 step_bench ;;
     cpu) wait_plugin; needs cpu core plugin && run_step cpu 300 step_cpu ;;
   esac
 done

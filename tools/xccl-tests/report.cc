@@ -60,7 +60,7 @@ void Report::header(const std::vector<std::string>& rankLines, const std::string
   xcclGetVersion(&version);
   std::string step = opt_.additiveStep ? std::to_string(opt_.stepBytes) + "(bytes)"
                                        : fmt("%g", opt_.stepFactor) + "(factor)";
-  std::printf("# xccl-tests %s  (libxccl %d.%d.%d, XCCL_DEVICE=%s)\n",
+  std::printf("# xccl-tests %s  (libxccl %d.%d.%d, device %s)\n",
               opt_.conformance ? "conformance" : "performance", version / 10000,
               version / 100 % 100, version % 100, deviceKind.c_str());
   if (opt_.conformance) {

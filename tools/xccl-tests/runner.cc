@@ -466,7 +466,7 @@ int RankRunner::run() {
   try {
     init();
     if (printer_) {
-      report_.header(rankLines_, getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE") : "host");
+      report_.header(rankLines_, opt_.device);
     }
     if (opt_.conformance)
       conformanceMode();

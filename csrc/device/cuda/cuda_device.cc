@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -23,6 +24,8 @@ XCCL_PARAM_STR(CudaHold, "CUDA_HOLD", "auto")
 // call of the process raises (ProcessGroupNCCL tears the process down likewise); "release"
 // resumes the stream as if it had succeeded and relies on the host-side error alone.
 XCCL_PARAM_STR(CudaFailedHold, "CUDA_FAILED_HOLD", "trap")
+// 1: print where this device's time went (per kind of operation) when it is destroyed.
+XCCL_PARAM(CudaStats, "CUDA_STATS", 0)
 
 namespace {
 
@@ -79,6 +82,29 @@ bool fromHex(const std::string& s, void* out, size_t n) {
   }
   return true;
 }
+
+// Adds a scope's wall time (and bytes) to one of the device's counters, when they are on.
+class Timed {
+ public:
+  Timed(bool on, CudaDevice::Stat& s, uint64_t bytes) : s_(on ? &s : nullptr), bytes_(bytes) {
+    if (s_) t0_ = std::chrono::steady_clock::now();
+  }
+  ~Timed() {
+    if (!s_) return;
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - t0_).count();
+    s_->calls.fetch_add(1, std::memory_order_relaxed);
+    s_->bytes.fetch_add(bytes_, std::memory_order_relaxed);
+    s_->ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  CudaDevice::Stat* s_;
+  uint64_t bytes_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 }  // namespace
 
@@ -138,12 +164,26 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
       XCCL_CHECK(hold != "memop", "XCCL_CUDA_HOLD=memop: the driver has no cuStreamWaitValue32");
     }
   }
+  statsOn_ = xcclParamCudaStats() != 0;
   XCCL_INFO(INIT, "cuda:", ordinal, " (", busId_, "): stream holds by ",
             waitValue_ ? "cuStreamWaitValue32" : "a spin kernel",
             hostPointersWork_ ? "" : "; registered host memory has its own GPU addresses");
 }
 
 CudaDevice::~CudaDevice() {
+  if (statsOn_) {
+    static const char* names[kStats] = {"copy", "reduce", "scale", "stream wait", "alloc",
+                                        "hold"};
+    std::fprintf(stderr, "xccl cuda:%d stats (pid %d):", ordinal_, static_cast<int>(getpid()));
+    for (int k = 0; k < kStats; ++k) {
+      const auto calls = stats_[k].calls.load(), bytes = stats_[k].bytes.load();
+      const double ms = stats_[k].ns.load() / 1e6;
+      std::fprintf(stderr, " %s %llu calls %.3f ms %.1f MB (%.2f GB/s);", names[k],
+                   static_cast<unsigned long long>(calls), ms, bytes / 1e6,
+                   ms > 0 ? bytes / 1e6 / ms : 0.0);
+    }
+    std::fprintf(stderr, "\n");
+  }
   // At process exit the runtime may be gone already: errors here are ignored.
   for (Hold* h : holds_) {
     if (h->passed) cudaEventDestroy(h->passed);
@@ -180,6 +220,7 @@ void CudaDevice::finish(int err, const char* what) const {
 // until this very collective completes: a deadlock. The stream-ordered allocator on the
 // thread's work stream never waits for other streams.
 void* CudaDevice::alloc(size_t bytes) {
+  Timed t(statsOn_, stats_[kStatAlloc], bytes);
   current();
   void* p = nullptr;
   auto ws = static_cast<cudaStream_t>(workStream());
@@ -229,6 +270,7 @@ const void* CudaDevice::deviceView(const void* p) const {
 
 void CudaDevice::copy(void* dst, const void* src, size_t bytes, CopyKind) {
   if (bytes == 0) return;
+  Timed t(statsOn_, stats_[kStatCopy], bytes);
   current();
   finish(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                          static_cast<cudaStream_t>(workStream())),
@@ -240,6 +282,7 @@ void CudaDevice::reduce(void* dst, const void* a, const void* b, size_t count,
   XCCL_CHECK(opSupported(dtype, op) && op != xcclAvg && op != xcclPremulSum, "reduce: op ",
              static_cast<int>(op), " is not an element-wise reduction for dtype ",
              static_cast<int>(dtype));
+  Timed t(statsOn_, stats_[kStatReduce], count * dtypeSize(dtype));
   current();
   finish(cuda::launchReduce(dst, deviceView(a), deviceView(b), count, dtype, op,
                             static_cast<cudaStream_t>(workStream())),
@@ -250,6 +293,7 @@ void CudaDevice::scale(void* dst, const void* src, size_t count, xcclDataType_t 
                        const void* scalar) {
   XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "scale: not defined for dtype ",
                  static_cast<int>(dtype));
+  Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
   current();
   finish(cuda::launchScale(dst, deviceView(src), count, dtype, scalar,
                            static_cast<cudaStream_t>(workStream())),
@@ -260,6 +304,7 @@ void CudaDevice::divide(void* dst, size_t count, xcclDataType_t dtype, int64_t d
   XCCL_CHECK(divisor != 0, "divide by zero");
   XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "divide: not defined for dtype ",
                  static_cast<int>(dtype));
+  Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
   current();
   finish(cuda::launchDivide(dst, count, dtype, divisor, static_cast<cudaStream_t>(workStream())),
          "divide kernel");
@@ -278,6 +323,7 @@ void* CudaDevice::streamCapture(xcclStream_t stream) {
 }
 
 void CudaDevice::streamWait(void* token) {
+  Timed t(statsOn_, stats_[kStatWait], 0);
   if (token != nullptr) check(cudaEventSynchronize(static_cast<cudaEvent_t>(token)),
                               "cudaEventSynchronize (the work queued before the collective)");
 }
@@ -287,6 +333,7 @@ void CudaDevice::streamRelease(void* token) {
 }
 
 void* CudaDevice::streamHold(xcclStream_t stream) {
+  Timed t(statsOn_, stats_[kStatHold], 0);
   current();
   Hold* h = nullptr;
   {

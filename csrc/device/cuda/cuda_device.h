@@ -18,6 +18,7 @@
 // with CUDA runs on machines without a GPU or driver, and there getDevice("cuda") throws.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,12 @@ class CudaDevice : public Device {
   void closeShared(void* ptr, size_t bytes, bool owner) override;
 
   struct Hold;  // one stream-side hold (cuda_device.cc)
+  // Where the progress threads' time on this device went (XCCL_CUDA_STATS=1 prints it when
+  // the device goes, at process exit): calls, bytes and wall time per kind of operation.
+  enum StatKind { kStatCopy, kStatReduce, kStatScale, kStatWait, kStatAlloc, kStatHold, kStats };
+  struct Stat {
+    std::atomic<uint64_t> calls{0}, bytes{0}, ns{0};
+  };
 
  private:
   void current() const;      // makes this device current on the calling thread
@@ -85,6 +92,8 @@ class CudaDevice : public Device {
   std::map<const char*, std::pair<size_t, const char*>> staging_;  // host base -> (bytes, device)
   std::vector<Hold*> holds_;  // every hold made, reused once the stream has passed it
   std::set<void*> ipcOpened_;  // peers' memory mapped with cudaIpcOpenMemHandle
+  Stat stats_[kStats];
+  bool statsOn_ = false;
 };
 
 }  // namespace xccl

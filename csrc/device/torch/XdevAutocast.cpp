@@ -22,7 +22,12 @@
 namespace xdev_torch {
 namespace {
 
-// The signatures in AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE name these types unqualified.
+// The signatures in AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE name these types unqualified
+// (torch 2.11's list also has norm.names_ScalarOpt_dim, with a DimnameList; 2.13 removed named
+// tensors, and Dimname.h with them).
+#if __has_include(<ATen/core/Dimname.h>)
+using at::DimnameList;
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;
