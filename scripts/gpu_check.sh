@@ -210,13 +210,15 @@ step_conform() {
 }
 
 step_diag() {
+  # Two processes on one GPU are two CUDA contexts, which the GPU time-slices (no MPS); two
+  # threads share one context. If "-t 2" is fast where "-p 2" is slow, time-slicing is why.
   local t=$BUILD/tools/xccl-tests/xccl-tests
-  for v in "host:" "cuda:" "cuda:XCCL_SHM_LANE=0"; do
-    local dev=${v%%:*} env=${v#*:}
-    echo "--- xccl-tests all_reduce -D $dev -p 2 at 64 MiB ${env:-(defaults)}"
+  for v in "host|-p 2|" "cuda|-p 2|" "cuda|-t 2|" "cuda|-p 2|XCCL_SHM_LANE=0" "cuda|-p 2|XCCL_CUDA_HOLD=kernel"; do
+    IFS='|' read -r dev launch env <<<"$v"
+    echo "--- xccl-tests all_reduce -D $dev $launch at 64 MiB ${env:-(defaults)}"
     # shellcheck disable=SC2086
     env $env XCCL_CUDA_STATS=1 XCCL_DEBUG=INFO XCCL_DEBUG_SUBSYS=INIT,SHM,NET \
-      timeout -k 5 60 "$t" all_reduce -D "$dev" -p 2 -b 64M -e 64M -n 5 -w 1 -c 1 2>&1 |
+      timeout -k 5 60 "$t" all_reduce -D "$dev" $launch -b 8 -e 64M -f 8192 -n 5 -w 1 -c 1 2>&1 |
       grep -v '^#  *Rank\|^# *$' | tail -n 40
   done
 }
