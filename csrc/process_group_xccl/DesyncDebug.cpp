@@ -1,5 +1,7 @@
 #include "DesyncDebug.hpp"
 
+#include "Utils.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -32,8 +34,7 @@ Record parse(const std::vector<uint8_t>& v) {
 
 std::shared_ptr<DesyncDebugger> DesyncDebugger::fromEnv(c10::intrusive_ptr<c10d::Store> store,
                                                         int rank, int size) {
-  const char* v = std::getenv("TORCH_XCCL_DESYNC_DEBUG");
-  if (v == nullptr || *v == '\0' || std::atoi(v) == 0) return nullptr;
+  if (envKnob("TORCH_XCCL_DESYNC_DEBUG", 0, 0, 1) == 0) return nullptr;
   return std::make_shared<DesyncDebugger>(std::move(store), rank, size);
 }
 

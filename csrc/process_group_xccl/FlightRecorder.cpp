@@ -2,6 +2,8 @@
 // how "started" is derived and what the times mean).
 #include "FlightRecorder.hpp"
 
+#include "Utils.hpp"
+
 #include <chrono>
 #include <cstdlib>
 
@@ -14,13 +16,9 @@ namespace {
 constexpr size_t kDefaultCapacity = 2000;  // as TORCH_NCCL_TRACE_BUFFER_SIZE's
 
 size_t capacityFromEnv() {
-  const char* v = std::getenv("TORCH_XCCL_TRACE_BUFFER_SIZE");
-  if (v == nullptr || *v == '\0') return kDefaultCapacity;
-  char* end = nullptr;
-  long long n = std::strtoll(v, &end, 10);
-  TORCH_CHECK(end != v && *end == '\0' && n >= 0, "xccl: TORCH_XCCL_TRACE_BUFFER_SIZE must be a ",
-              "number of entries (0 disables the flight recorder), got '", v, "'");
-  return static_cast<size_t>(n);
+  // entries kept; 0 disables the flight recorder
+  return static_cast<size_t>(
+      envKnob("TORCH_XCCL_TRACE_BUFFER_SIZE", kDefaultCapacity, 0, 10000000));
 }
 
 bool terminal(FlightState s) {

@@ -27,7 +27,7 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
       state_(std::make_shared<CommState>()),
       blockingWait_(blockingWaitFromEnv()),
       errorMode_(errorModeFromEnv()),
-      runOnCaller_(envInt("TORCH_XCCL_RUN_ON_CALLER", 1) != 0) {
+      runOnCaller_(envKnob("TORCH_XCCL_RUN_ON_CALLER", 1, 0, 1) != 0) {
   TORCH_CHECK(store_, "xccl init: no store");
   TORCH_CHECK(size > 0 && rank >= 0 && rank < size, "xccl init: invalid rank ", rank,
               " for group size ", size);
@@ -152,18 +152,21 @@ std::string ProcessGroupXCCL::describe() const {
   return os.str();
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
-    const char* opName, c10d::OpType type, c10::ArrayRef<at::Tensor> inputs,
-    std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
-    std::vector<at::Tensor> keepAlive, std::function<void()> post, const Enqueue& enqueue,
-    LaunchExtra extra) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(const char* opName, c10d::OpType type,
+                                                        c10::ArrayRef<at::Tensor> inputs,
+                                                        std::chrono::milliseconds timeout,
+                                                        std::vector<at::Tensor> outputs,
+                                                        std::vector<at::Tensor> keepAlive,
+                                                        std::function<void()> post,
+                                                        const Enqueue& enqueue, LaunchExtra extra) {
   const c10::Device device = deviceOf(opName, outputs, keepAlive, extra);
   const bool onDev = isAccelerator(device);
   std::shared_ptr<DeviceComm> dc;
   if (coalescing_ && coalescedComm_) {
     TORCH_CHECK(coalescedComm_->device == device, "xccl ", opName,
                 ": every operation of a coalescing block must be on one device; the block "
-                "started on ", coalescedComm_->device, ", this one is on ", device);
+                "started on ",
+                coalescedComm_->device, ", this one is on ", device);
     dc = coalescedComm_;
   } else {
     dc = onDev ? commFor(opName, device) : host_;
@@ -188,8 +191,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
   // A blocking collective on the host communicator runs on this thread (XCCL_STREAM_CALLER):
   // torch waits for it at once anyway, and the hand-off to libxccl's progress thread and
   // back was most of a small collective's time. The Work is complete when launch returns.
-  const bool onCaller = extra.callerWaits && runOnCaller_ && !onDev && !coalescing_ &&
-                        !state_->desync;
+  const bool onCaller =
+      extra.callerWaits && runOnCaller_ && !onDev && !coalescing_ && !state_->desync;
   auto work = c10::make_intrusive<WorkXCCL>(
       getRank(), type, opName, seq_.load() + 1, std::move(outputs), std::move(keepAlive),
       onDev ? nullptr : std::move(post), opTimeout(timeout), dc->state, blockingWait_, errorMode_,
@@ -221,9 +224,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(
         work->collSeq_ = number;
         state_->desync->recordIssued(number, issued);
       }
-      work->flightId_ = FlightRecorder::get().record(
-          {flightGroup_, onDev, p2p, number, opSeq, opName, device, work->timeout_.count(),
-           inputs, work->outputs_});
+      work->flightId_ =
+          FlightRecorder::get().record({flightGroup_, onDev, p2p, number, opSeq, opName, device,
+                                        work->timeout_.count(), inputs, work->outputs_});
     };
     auto takeBack = [&](const std::string& why) {
       seq_.fetch_sub(1);
@@ -431,10 +434,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
   for (auto& w : works) {
     for (auto& t : w->outputs_) outputs.push_back(t);
   }
-  auto end = c10::make_intrusive<WorkXCCL>(
-      getRank(), c10d::OpType::COALESCED, "coalesced", seq_.load(), outputs,
-      std::vector<at::Tensor>{}, nullptr, opTimeout(kNoTimeout), dc->state, blockingWait_,
-      errorMode_, dc->stream);
+  auto end = c10::make_intrusive<WorkXCCL>(getRank(), c10d::OpType::COALESCED, "coalesced",
+                                           seq_.load(), outputs, std::vector<at::Tensor>{}, nullptr,
+                                           opTimeout(kNoTimeout), dc->state, blockingWait_,
+                                           errorMode_, dc->stream);
   works.push_back(end);
   {
     std::lock_guard<std::mutex> g(dc->state->enqueueMu);

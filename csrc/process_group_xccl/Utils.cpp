@@ -1,6 +1,7 @@
 #include "Utils.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,16 +18,22 @@ namespace torch_xccl {
 
 // ---------------------------------------------------------------- environment knobs
 // Every knob is read when a process group is created, so tests can vary it per group.
-int envInt(const char* name, int dflt) {
+int64_t envKnob(const char* name, int64_t dflt, int64_t lo, int64_t hi) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return dflt;
-  return std::atoi(v);
+  errno = 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  while (end != nullptr && (*end == ' ' || *end == '\t' || *end == '\n')) ++end;
+  const bool whole = end != v && end != nullptr && *end == '\0' && errno != ERANGE;
+  TORCH_CHECK_VALUE(whole && n >= lo && n <= hi, "xccl: ", name, "='", v, "' is not ",
+                    whole ? "in range" : "an integer", ": expected an integer from ", lo, " to ",
+                    hi, " (unset: ", dflt, "; docs/ENV.md)");
+  return n;
 }
-bool blockingWaitFromEnv() { return envInt("TORCH_XCCL_BLOCKING_WAIT", 0) != 0; }
+bool blockingWaitFromEnv() { return envKnob("TORCH_XCCL_BLOCKING_WAIT", 0, 0, 1) != 0; }
 AsyncErrorMode errorModeFromEnv() {
-  int v = envInt("TORCH_XCCL_ASYNC_ERROR_HANDLING", 2);
-  if (v < 0 || v > 3) v = 2;
-  return static_cast<AsyncErrorMode>(v);
+  return static_cast<AsyncErrorMode>(envKnob("TORCH_XCCL_ASYNC_ERROR_HANDLING", 2, 0, 3));
 }
 
 // ---------------------------------------------------------------- errors
@@ -255,15 +262,14 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
       auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
       auto present = std::make_shared<bool>(false);
       for (;;) {
-        if (!callBounded([store, k, present] { *present = store->check({k}); },
-                         c->callTimeoutMs)) {
+        if (!callBounded([store, k, present] { *present = store->check({k}); }, c->callTimeoutMs)) {
           throw unanswered(*c, "check", key);
         }
         if (*present) break;
         auto now = std::chrono::steady_clock::now();
         if (now >= end) return 1;  // a bounded wait ran out: libxccl asks again, no log
-        std::this_thread::sleep_for(
-            std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(10), end - now));
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+            std::chrono::milliseconds(10), end - now));
       }
     } else {
       c->store->wait({key});
@@ -279,7 +285,8 @@ int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, i
     // Anything thrown means the store failed (e.g. its host process exited: broken pipe):
     // 2, which libxccl fails on at once (1 would be a timeout it waits through).
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what_without_backtrace());
+    std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key,
+                 e.what_without_backtrace());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[torch_xccl] store get(%s) failed: %s\n", key, e.what());

@@ -22,9 +22,12 @@ namespace torch_xccl {
 constexpr int64_t kPollMs = 100;  // longest single xcclEventWait slice
 
 // ---- environment knobs (read when a process group is created)
-int envInt(const char* name, int dflt);
-bool blockingWaitFromEnv();           // TORCH_XCCL_BLOCKING_WAIT
-AsyncErrorMode errorModeFromEnv();    // TORCH_XCCL_ASYNC_ERROR_HANDLING
+// The backend's one reader, as strict as libxccl's XCCL_PARAM: unset or empty gives dflt;
+// anything but a whole integer in [lo, hi] raises a ValueError naming the knob, its value and
+// the range (a typo never silently becomes 0 or the default). docs/ENV.md lists every knob.
+int64_t envKnob(const char* name, int64_t dflt, int64_t lo, int64_t hi);
+bool blockingWaitFromEnv();         // TORCH_XCCL_BLOCKING_WAIT
+AsyncErrorMode errorModeFromEnv();  // TORCH_XCCL_ASYNC_ERROR_HANDLING
 
 // ---- errors: c10::DistBackendError with the op name in front
 std::exception_ptr distError(const std::string& msg);
@@ -82,7 +85,7 @@ xcclResult_t grouped(const std::function<xcclResult_t()>& body);
 bool callBounded(std::function<void()> fn, int64_t ms);
 struct StoreCtx {
   c10::intrusive_ptr<c10d::Store> store;
-  int64_t callTimeoutMs = envInt("TORCH_XCCL_STORE_CALL_TIMEOUT_MS", 10000);
+  int64_t callTimeoutMs = envKnob("TORCH_XCCL_STORE_CALL_TIMEOUT_MS", 10000, 1, INT64_MAX / 2);
 };
 int storeSet(void* ctx, const char* key, const void* value, size_t len);
 int storeGet(void* ctx, const char* key, void* value, size_t cap, size_t* len, int64_t timeout_ms);

@@ -1,5 +1,4 @@
 """TORCH_XCCL_BLOCKING_WAIT and TORCH_XCCL_ASYNC_ERROR_HANDLING."""
-import os
 
 import pytest
 
@@ -32,3 +31,44 @@ def test_async_error_handling_teardown(env):
     env(TORCH_XCCL_ASYNC_ERROR_HANDLING="1")
     with pytest.raises(WorldFailed, match=r"rank\(s\) \[0\] exited"):
         run_world(workers_misc.teardown, 2, timeout=100, pg_timeout_s=20, allow_exit=(1,))
+
+
+BAD_KNOBS = [
+    ("TORCH_XCCL_ASYNC_ERROR_HANDLING", "5", "not in range: expected an integer from 0 to 3"),
+    ("TORCH_XCCL_BLOCKING_WAIT", "yes", "not an integer: expected an integer from 0 to 1"),
+    ("TORCH_XCCL_RUN_ON_CALLER", "1x", "not an integer"),
+    ("TORCH_XCCL_DESYNC_DEBUG", "2", "not in range"),
+    ("TORCH_XCCL_STORE_CALL_TIMEOUT_MS", "0", "not in range"),
+    ("TORCH_XCCL_TRACE_BUFFER_SIZE", "-1", "not in range"),
+]
+
+
+@pytest.mark.timeout(200)
+def test_a_malformed_backend_knob_is_refused_naming_it():
+    """One strict reader for every TORCH_XCCL_* integer knob: a typo or an out-of-range value
+    is a ValueError at group creation that names the knob, never a silent 0 or default."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from harness import free_port
+
+    code = textwrap.dedent(f"""
+        import datetime, torch, torch.distributed as dist, torch_xccl
+        try:
+            dist.init_process_group("xccl", init_method="tcp://127.0.0.1:{free_port()}",
+                                    rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
+            t = torch.ones(2); dist.all_reduce(t)
+            print("ACCEPTED")
+        except ValueError as e:
+            print("REFUSED", e)
+    """)
+    ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                        env=dict(os.environ, TORCH_XCCL_ASYNC_ERROR_HANDLING="3"))
+    assert "ACCEPTED" in ok.stdout, ok.stdout + ok.stderr
+    for name, value, why in BAD_KNOBS:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60, env=dict(os.environ, **{name: value}))
+        out = p.stdout + p.stderr
+        assert f"REFUSED xccl: {name}='{value}' is {why}" in out, (name, out[-2000:])
