@@ -15,6 +15,7 @@ xdev device inside torch through PrivateUse1, csrc/device/torch/, links only lib
 """
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,18 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # there, not configured again; scripts/gpu_check.sh shares its CUDA build this way).
 CORE_BUILD = os.environ.get("XCCL_CORE_BUILD") or os.path.join(ROOT, "build-plugin", "core")
 REUSE_CORE = bool(os.environ.get("XCCL_CORE_BUILD"))
-VERSION = "0.1.0"
+
+
+def read_version() -> str:
+    """The one version source: XCCL_MAJOR/MINOR/PATCH in the public header (CMake reads it too)."""
+    with open(os.path.join(ROOT, "csrc", "collectives", "include", "xccl.h")) as f:
+        parts = dict(re.findall(r"^#define XCCL_(MAJOR|MINOR|PATCH) (\d+)$", f.read(), re.M))
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
+
+
+VERSION = read_version()
+with open(os.path.join(ROOT, "torch_xccl", "_version.py"), "w") as f:  # generated, not in git
+    f.write(f'__version__ = "{VERSION}"  # written by setup.py from xccl.h\n')
 BUNDLED = ("libxccl", "libxdev")  # shared libraries copied next to the extensions
 
 

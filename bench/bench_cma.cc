@@ -11,12 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <signal.h>
 #include <string>
 #include <vector>
 
@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
   std::vector<char> mine(maxBytes, 2), dst(maxBytes, 0), staging(1 << 20);
   printf("# bench_cma: process_vm_readv in %zu-byte chunks vs memcpy, %d reps, median\n", chunk,
          reps);
-  printf("%12s %12s %10s %12s %10s %14s %10s\n", "size(B)", "cma(us)", "GB/s", "memcpy(us)",
-         "GB/s", "2 copies(us)", "GB/s");
+  printf("%12s %12s %10s %12s %10s %14s %10s\n", "size(B)", "cma(us)", "GB/s", "memcpy(us)", "GB/s",
+         "2 copies(us)", "GB/s");
   int rc = 0;
   for (size_t bytes : sizes) {
     double cma = timeUs(reps, [&] {

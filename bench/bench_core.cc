@@ -95,8 +95,7 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
     int n = bytes <= 4096 ? iters * 50 : std::max(3, static_cast<int>(iters * (1 << 20) / bytes));
     xcclEvent_t ev;
     for (int w = 0; w < std::min(n, 20); ++w) {  // warm-up
-      check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm, nullptr),
-            "allreduce");
+      check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm, nullptr), "allreduce");
     }
     check(xcclBarrier(comm, nullptr), "barrier");
     check(xcclEventRecord(&ev, comm), "record");
@@ -107,13 +106,11 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
       for (int i = 0; i < n; ++i) {
         // One op at a time, as a training step issues them: latency includes the handoff.
         if (onCaller) {
-          check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm,
-                              XCCL_STREAM_CALLER),
+          check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm, XCCL_STREAM_CALLER),
                 "allreduce");
           continue;
         }
-        check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm, nullptr),
-              "allreduce");
+        check(xcclAllReduce(sendp, recvp, count, xcclFloat32, xcclSum, comm, nullptr), "allreduce");
         check(xcclEventRecord(&ev, comm), "record");
         check(xcclEventWait(&ev, -1), "wait");
       }
@@ -164,8 +161,10 @@ int main(int argc, char** argv) {
         sizes.push_back(strtoull(tok, nullptr, 0));
       }
     } else {
-      fprintf(stderr, "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev] [--json FILE]\n",
-              argv[0]);
+      fprintf(
+          stderr,
+          "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev] [--json FILE]\n",
+          argv[0]);
       return 2;
     }
   }

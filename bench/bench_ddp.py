@@ -176,7 +176,6 @@ def main():
         return 1
     r["wall_s"] = time.perf_counter() - t0
     r["oversubscribed"] = a.world_size > cpus
-    x, g = r["xccl"], r["gloo"]
     print(f"\nDDP SmallCNN, {r['params']} params ({r['grad_bytes'] / 2**20:.2f} MiB of fp32 "
           f"gradients), batch {a.batch}/rank, {a.world_size} ranks, {a.steps} timed steps "
           f"after {a.warmup} warm-up (run took {r['wall_s']:.1f} s)")

@@ -18,7 +18,6 @@ Usage: python bench/bench_hierarchical.py [--rate 1gbit] [--shapes 2x2 3x2] [--j
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -85,7 +84,7 @@ def run_shape(nhosts, per_host, rate, sizes, port):
     for p, o in zip(procs, outs):
         if p.returncode != 0:
             sys.exit(f"a rank failed (rc {p.returncode}):\n{o[-3000:]}")
-    line = next(l for l in outs[0].splitlines() if l.startswith("RESULT "))
+    line = next(ln for ln in outs[0].splitlines() if ln.startswith("RESULT "))
     return {k: {int(s): v for s, v in d.items()} for k, d in json.loads(line[7:]).items()}
 
 

@@ -85,7 +85,7 @@ def run_case(hosts, port):
     for p, o in zip(procs, outs):
         if p.returncode != 0:
             raise RuntimeError(o[-3000:])
-    line = [l for l in outs[0].splitlines() if l.startswith("RESULT ")][0]
+    line = [ln for ln in outs[0].splitlines() if ln.startswith("RESULT ")][0]
     return json.loads(line[len("RESULT "):])
 
 

@@ -15,6 +15,7 @@ command -v g++ >/dev/null || need_apt+=(g++)
 [ -f /usr/include/CLI/CLI.hpp ] || need_apt+=(libcli11-dev)
 command -v ip >/dev/null || need_apt+=(iproute2)  # hosts made of network namespaces (tests)
 command -v ccache >/dev/null || need_apt+=(ccache)  # compiles seen before are not repeated
+command -v clang-format >/dev/null || need_apt+=(clang-format)  # scripts/lint.sh (Debian 12: 14)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -26,6 +27,8 @@ PY=${PYTHON:-python3}
 $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q "pytest>=7" pytest-timeout pytest-xdist numpy matplotlib ninja pyyaml pillow pycocotools
+# scripts/lint.sh: pinned, since a newer ruff brings new findings with it.
+$PY -m pip install -q ruff==0.14.0
 # The CI sample of tests/clients (tests/python/test_clients_sample.py) runs the transformers
 # Trainer on accelerate; the constraint keeps torch where it is. scripts/clients.sh installs
 # the other clients (pytorch-lightning, DeepSpeed) and runs them all.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: set-up (idempotent), the core's GoogleTest suites, xccl-tests
+# Runs every test: set-up (idempotent), lint (scripts/lint.sh), the core's GoogleTest suites,
+# xccl-tests
 # conformance runs and fuzz samples (ctest), the plugin's multi-process pytest suite, then the
 # core suites again under ASan + UBSan (scripts/test_sanitized.sh). Every
 # multi-process test carries a hard timeout.
@@ -9,6 +10,9 @@ phase() { echo "== test.sh: $1 done at ${SECONDS} s"; }  # where CI's time goes
 bash scripts/setup.sh
 phase setup
 status=0
+# Style and layering first (seconds): clang-format, ruff, scripts/check_layers.py.
+bash scripts/lint.sh || status=1
+phase lint
 # Both suites run as many tests at once as there are cores (XCCL_TEST_JOBS): most of a test's
 # time is start-up, waiting on peers and timeouts, not computing; every test still has its
 # own hard timeout.

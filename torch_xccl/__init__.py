@@ -22,7 +22,12 @@ import torch.distributed  # noqa: E402,F401
 from . import _C  # noqa: E402  the native module: backend + bindings (links lib/libxccl.so.0)
 from . import _routing  # noqa: E402
 
-__version__ = "0.1.0"
+try:  # written by setup.py from xccl.h (the one version source)
+    from ._version import __version__
+except ImportError:  # pragma: no cover - a checkout on sys.path that was never built
+    from importlib.metadata import version as _dist_version
+
+    __version__ = _dist_version("torch_xccl")
 
 
 def xccl_version() -> str:

@@ -3,18 +3,27 @@
 //   XCCL_CHECK(cond, "count ", n, " exceeds ", cap)   -> throws xccl::InvalidUsage
 //   throw xccl::IoError(...), Timeout(...), RemoteError(...) for the rest.
 //
-// Every exception carries the source location; the API edge converts it once
-// (see api/ in this directory's sibling) and remembers the message for
-// xcclGetLastError.
+// Every exception carries a kind; the API edge converts it once into an xcclResult_t
+// (collectives/core/result.h) and remembers the message for xcclGetLastError. common/ sits
+// below every library (libxdev included), so it knows nothing of xccl.h.
 #pragma once
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
-#include "xccl.h"
-
 namespace xccl {
+
+// What went wrong. The numbers are xcclResult_t's, which core/result.h checks at compile time.
+enum class ErrorKind : int {
+  kUnhandled = 1,        // an internal bug or an unexpected system failure
+  kSystem = 2,           // a system call failed
+  kInternal = 3,         // an invariant broke inside the library
+  kInvalidArgument = 4,  // a bad argument from the caller
+  kInvalidUsage = 5,     // a call not allowed in this state
+  kRemote = 6,           // a peer failed, died, closed or sent bad data
+  kTimeout = 8,          // a wait ran past its deadline
+};
 
 template <typename... Args>
 std::string strCat(const Args&... args) {
@@ -25,36 +34,36 @@ std::string strCat(const Args&... args) {
 
 class Error : public std::runtime_error {
  public:
-  Error(xcclResult_t code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
-  xcclResult_t code() const { return code_; }
+  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
 
  private:
-  xcclResult_t code_;
+  ErrorKind kind_;
 };
 
 // Bad arguments or calls in the wrong state.
 class InvalidUsage : public Error {
  public:
-  explicit InvalidUsage(const std::string& m) : Error(xcclInvalidUsage, m) {}
+  explicit InvalidUsage(const std::string& m) : Error(ErrorKind::kInvalidUsage, m) {}
 };
 class InvalidArgument : public Error {
  public:
-  explicit InvalidArgument(const std::string& m) : Error(xcclInvalidArgument, m) {}
+  explicit InvalidArgument(const std::string& m) : Error(ErrorKind::kInvalidArgument, m) {}
 };
 // A local system call failed.
 class IoError : public Error {
  public:
-  explicit IoError(const std::string& m) : Error(xcclSystemError, m) {}
+  explicit IoError(const std::string& m) : Error(ErrorKind::kSystem, m) {}
 };
 // A wait ran past its deadline.
 class Timeout : public Error {
  public:
-  explicit Timeout(const std::string& m) : Error(xcclTimeout, m) {}
+  explicit Timeout(const std::string& m) : Error(ErrorKind::kTimeout, m) {}
 };
 // A peer died, closed, aborted or sent something malformed.
 class RemoteError : public Error {
  public:
-  explicit RemoteError(const std::string& m) : Error(xcclRemoteError, m) {}
+  explicit RemoteError(const std::string& m) : Error(ErrorKind::kRemote, m) {}
 };
 
 }  // namespace xccl

@@ -1,16 +1,17 @@
-// The 16-bit floating types of the kernels, stored as bits; arithmetic goes through float32.
+// The 16-bit floating types, stored as bits; arithmetic goes through float32. Shared by the
+// xdev runtime's kernels and libxccl's devices, so it sits at the bottom, in common/.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-namespace xdev {
+namespace xccl {
 
 // The compiler's binary16 type (_Float16: GCC 12+, clang 15+ on x86) does the conversions;
 // older compilers (clang 14, used by scripts/fuzz.sh) get the same conversions in software
 // (round to nearest even, subnormals, infinities and NaNs kept).
 #if defined(__clang__) && __clang_major__ < 15
-#define XDEV_SOFT_HALF 1
+#define XCCL_SOFT_HALF 1
 #endif
 
 inline uint32_t bitsOf(float f) {
@@ -33,7 +34,7 @@ struct BFloat16 {
   uint16_t bits;
 };
 
-#if defined(XDEV_SOFT_HALF)
+#if defined(XCCL_SOFT_HALF)
 inline float toFloat(Half h) {
   const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
   uint32_t exp = (h.bits >> 10) & 0x1fu, man = h.bits & 0x3ffu, u;
@@ -62,7 +63,7 @@ inline Half fromFloat(float x, Half*) {
     h.bits = static_cast<uint16_t>(sign | 0x7e00u | ((absu >> 13) & 0x3ffu));
   } else if (absu >= 0x477ff000u) {  // rounds to >= 65520: infinity
     h.bits = static_cast<uint16_t>(sign | 0x7c00u);
-  } else if (absu >= 0x38800000u) {  // normal in binary16
+  } else if (absu >= 0x38800000u) {   // normal in binary16
     uint32_t v = absu - 0x38000000u;  // rebias 127 -> 15
     v += 0xfffu + ((v >> 13) & 1u);   // round to nearest even
     h.bits = static_cast<uint16_t>(sign | (v >> 13));
@@ -105,4 +106,4 @@ inline BFloat16 fromFloat(float x, BFloat16*) {
   return b;
 }
 
-}  // namespace xdev
+}  // namespace xccl

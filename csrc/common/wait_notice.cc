@@ -23,8 +23,7 @@ void WaitNotice::tick() {
   ++notices_;
   auto s = std::chrono::duration_cast<std::chrono::seconds>(now - start_).count();
   if (logEnabled(LogLevel::kWarn, subsys_)) {
-    logWrite(LogLevel::kWarn, subsys_,
-             strCat("still waiting after ", s, " s for ", what_));
+    logWrite(LogLevel::kWarn, subsys_, strCat("still waiting after ", s, " s for ", what_));
   }
 }
 

@@ -91,8 +91,9 @@ Device& getDevice(const std::string& requested, int ordinal) {
     if (!slot) slot = std::make_unique<CudaDevice>(ord);  // checks driver and ordinal
     return *slot;
 #else
-    throw InvalidUsage("device kind 'cuda' is not available: this libxccl was built without "
-                       "CUDA (no nvcc at build time, or -DXCCL_WITH_CUDA=OFF)");
+    throw InvalidUsage(
+        "device kind 'cuda' is not available: this libxccl was built without "
+        "CUDA (no nvcc at build time, or -DXCCL_WITH_CUDA=OFF)");
 #endif
   }
   throw InvalidUsage(strCat("device kind '", kind, "' is not available in this build (available: ",
@@ -117,8 +118,8 @@ void* Device::openShared(const std::string&, int, size_t) {
 void Device::closeShared(void*, size_t, bool) {}
 
 const void* Device::importBuffer(const PeerRef&, int, size_t) {
-  throw RemoteError(strCat("a peer sent a peer-read frame, but device ", name(),
-                           " cannot map a peer's buffers"));
+  throw RemoteError(
+      strCat("a peer sent a peer-read frame, but device ", name(), " cannot map a peer's buffers"));
 }
 
 }  // namespace xccl

@@ -35,12 +35,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return c10::make_intrusive<ProcessGroupXCCL::Options>(o);
       });
   backend
-      .def_property_readonly(
-          "options",
-          [](ProcessGroupXCCL& self) {
-            return c10::static_intrusive_pointer_cast<ProcessGroupXCCL::Options>(
-                self.getBackendOptions());
-          })
+      .def_property_readonly("options",
+                             [](ProcessGroupXCCL& self) {
+                               return c10::static_intrusive_pointer_cast<ProcessGroupXCCL::Options>(
+                                   self.getBackendOptions());
+                             })
       .def("comm_split_count", &ProcessGroupXCCL::splitCount)
       // Non-members of a new group do nothing: members rendezvous through the store.
       .def("perform_nocolor_split", [](ProcessGroupXCCL&, const at::Device&) {})

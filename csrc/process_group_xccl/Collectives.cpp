@@ -19,9 +19,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::broadcast(std::vector<at::Tenso
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
   size_t n = buf.numel();
-  return launch(op, c10d::OpType::BROADCAST, t, opts.timeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
-    return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::BROADCAST, t, opts.timeout, {t}, {buf}, cb.fn(),
+      [&](const Target& tg) {
+        return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm, tg.stream);
+      },
+      blockingCall(opts));
 }
 
 namespace {
@@ -58,9 +61,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
     factor = premulFactor(op, opts.reduceOp, t.scalar_type());
     keep.push_back(factor);
   }
-  return launch(op, c10d::OpType::ALLREDUCE, t, opts.timeout, {t}, keep, cb.fn(),
-                [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); },
-                blockingCall(opts));
+  return launch(
+      op, c10d::OpType::ALLREDUCE, t, opts.timeout, {t}, keep, cb.fn(),
+      [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
@@ -84,15 +88,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
     factor = premulFactor(op, opts.reduceOp, tensors[0].scalar_type());
     keep.push_back(factor);
   }
-  return launch(op, c10d::OpType::ALLREDUCE_COALESCED, tensors, opts.timeout, tensors, keep, cb.fn(), [&](const Target& tg) {
-    return grouped([&] {
-      for (const auto& b : bufs) {
-        auto r = enqueueAllreduce(op, b, xop, factor, tg);
-        if (r != xcclSuccess) return r;
-      }
-      return xcclSuccess;
-    });
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::ALLREDUCE_COALESCED, tensors, opts.timeout, tensors, keep, cb.fn(),
+      [&](const Target& tg) {
+        return grouped([&] {
+          for (const auto& b : bufs) {
+            auto r = enqueueAllreduce(op, b, xop, factor, tg);
+            if (r != xcclSuccess) return r;
+          }
+          return xcclSuccess;
+        });
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>& tensors,
@@ -112,10 +119,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>&
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
-  return launch(op, c10d::OpType::REDUCE, t, opts.timeout, {t}, {buf, send}, cb.fn(), [&](const Target& tg) {
-    return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, tg.comm,
-                      tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::REDUCE, t, opts.timeout, {t}, {buf, send}, cb.fn(),
+      [&](const Target& tg) {
+        return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, tg.comm,
+                          tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
@@ -131,9 +141,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, input.scalar_type());
-  return launch(op, c10d::OpType::_ALLGATHER_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
-    return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::_ALLGATHER_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(),
+      [&](const Target& tg) {
+        return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm, tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
@@ -153,9 +166,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
       outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outs[i].sizes()));
     }
   };
-  return launch(op, c10d::OpType::ALLGATHER, in0, opts.timeout, outs, {in, flat}, post, [&](const Target& tg) {
-    return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::ALLGATHER, in0, opts.timeout, outs, {in, flat}, post,
+      [&](const Target& tg) {
+        return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm, tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
@@ -198,16 +214,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
       }
     }
   };
-  return launch(op, c10d::OpType::ALLGATHER_COALESCED, inputs, opts.timeout, outs, keep, post, [&](const Target& tg) {
-    return grouped([&] {
-      for (size_t j = 0; j < ins.size(); ++j) {
-        auto r = xcclAllGather(ins[j].data_ptr(), flats[j].data_ptr(), ins[j].numel(),
-                               toXcclType(op, ins[j].scalar_type()), tg.comm, tg.stream);
-        if (r != xcclSuccess) return r;
-      }
-      return xcclSuccess;
-    });
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::ALLGATHER_COALESCED, inputs, opts.timeout, outs, keep, post,
+      [&](const Target& tg) {
+        return grouped([&] {
+          for (size_t j = 0; j < ins.size(); ++j) {
+            auto r = xcclAllGather(ins[j].data_ptr(), flats[j].data_ptr(), ins[j].numel(),
+                                   toXcclType(op, ins[j].scalar_type()), tg.comm, tg.stream);
+            if (r != xcclSuccess) return r;
+          }
+          return xcclSuccess;
+        });
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced(
@@ -231,16 +250,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
   }
   keep = ins;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
-    return grouped([&] {
-      for (size_t i = 0; i < ins.size(); ++i) {
-        auto r = xcclAllGather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
-                               toXcclType(op, ins[i].scalar_type()), tg.comm, tg.stream);
-        if (r != xcclSuccess) return r;
-      }
-      return xcclSuccess;
-    });
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(),
+      [&](const Target& tg) {
+        return grouped([&] {
+          for (size_t i = 0; i < ins.size(); ++i) {
+            auto r = xcclAllGather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
+                                   toXcclType(op, ins[i].scalar_type()), tg.comm, tg.stream);
+            if (r != xcclSuccess) return r;
+          }
+          return xcclSuccess;
+        });
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
@@ -274,9 +296,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> keep{in};
   if (flat.defined()) keep.push_back(flat);
-  return launch(op, c10d::OpType::GATHER, in0, opts.timeout, outs, keep, post, [&](const Target& tg) {
-    return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::GATHER, in0, opts.timeout, outs, keep, post,
+      [&](const Target& tg) {
+        return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, tg.comm,
+                          tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
@@ -306,10 +332,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
   std::vector<at::Tensor> keep{out};
   if (flat.defined()) keep.push_back(flat);
   auto rootInputs = isRoot ? c10::ArrayRef<at::Tensor>(inputs[0]) : c10::ArrayRef<at::Tensor>();
-  return launch(op, c10d::OpType::SCATTER, rootInputs, opts.timeout, {out0}, keep, cb.fn(), [&](const Target& tg) {
-    return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt, root,
-                       tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::SCATTER, rootInputs, opts.timeout, {out0}, keep, cb.fn(),
+      [&](const Target& tg) {
+        return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt,
+                           root, tg.comm, tg.stream);
+      },
+      blockingCall(opts));
 }
 
 namespace {
@@ -339,9 +368,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   CopyBack cb;
   cb.add(out0, out);
   auto dt = toXcclType(op, out.scalar_type());
-  return launch(op, c10d::OpType::REDUCE_SCATTER, inputs[0], opts.timeout, {out0}, {send, out}, cb.fn(), [&](const Target& tg) {
-    return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::REDUCE_SCATTER, inputs[0], opts.timeout, {out0}, {send, out}, cb.fn(),
+      [&](const Target& tg) {
+        return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm,
+                                 tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
@@ -359,11 +392,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, out.scalar_type());
-  return launch(op, c10d::OpType::_REDUCE_SCATTER_BASE, input, opts.timeout, {output}, {send, out},
-                cb.fn(), [&](const Target& tg) {
-                  return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop,
-                                           tg.comm, tg.stream);
-                }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::_REDUCE_SCATTER_BASE, input, opts.timeout, {output}, {send, out}, cb.fn(),
+      [&](const Target& tg) {
+        return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm,
+                                 tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced(
@@ -390,16 +425,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced
   }
   keep = sends;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(), [&](const Target& tg) {
-    return grouped([&] {
-      for (size_t i = 0; i < sends.size(); ++i) {
-        auto r = xcclReduceScatter(sends[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
-                                   toXcclType(op, outs[i].scalar_type()), xops[i], tg.comm, tg.stream);
-        if (r != xcclSuccess) return r;
-      }
-      return xcclSuccess;
-    });
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(),
+      [&](const Target& tg) {
+        return grouped([&] {
+          for (size_t i = 0; i < sends.size(); ++i) {
+            auto r = xcclReduceScatter(sends[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
+                                       toXcclType(op, outs[i].scalar_type()), xops[i], tg.comm,
+                                       tg.stream);
+            if (r != xcclSuccess) return r;
+          }
+          return xcclSuccess;
+        });
+      },
+      blockingCall(opts));
 }
 
 namespace {
@@ -457,13 +496,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(at::Tensor& outpu
                 ": input and output must have the same number of elements, got ", input.numel(),
                 " and ", output.numel());
   }
-  return launch(op, c10d::OpType::ALLTOALL_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(), [&](const Target& tg) {
-    if (even) {
-      return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt, tg.comm, tg.stream);
-    }
-    return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
-                         dt, tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::ALLTOALL_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(),
+      [&](const Target& tg) {
+        if (even) {
+          return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt, tg.comm,
+                              tg.stream);
+        }
+        return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(),
+                             rd.data(), dt, tg.comm, tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor>& outputs,
@@ -500,10 +543,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
     }
   };
   auto dt = toXcclType(op, inputs[0].scalar_type());
-  return launch(op, c10d::OpType::ALLTOALL, inputs, opts.timeout, outputs, {flatIn, flatOut}, post, [&](const Target& tg) {
-    return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(), flatOut.data_ptr(), rc.data(),
-                         rd.data(), dt, tg.comm, tg.stream);
-  }, blockingCall(opts));
+  return launch(
+      op, c10d::OpType::ALLTOALL, inputs, opts.timeout, outputs, {flatIn, flatOut}, post,
+      [&](const Target& tg) {
+        return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(), flatOut.data_ptr(), rc.data(),
+                             rd.data(), dt, tg.comm, tg.stream);
+      },
+      blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& tensors, int dstRank,

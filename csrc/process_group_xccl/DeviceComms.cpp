@@ -26,8 +26,8 @@ c10::Device ProcessGroupXCCL::deviceOf(const char* opName, const std::vector<at:
   if (!dev) return c10::Device(c10::kCPU);
   TORCH_CHECK(dev->has_index(), "xccl ", opName, ": device ", *dev, " has no index");
   auto bound = getBoundDeviceId();
-  TORCH_CHECK(!bound || !isAccelerator(*bound) || *bound == *dev, "xccl ", opName, ": the tensors are on ",
-              *dev, " but group '", state_->name, "' is bound to ", *bound,
+  TORCH_CHECK(!bound || !isAccelerator(*bound) || *bound == *dev, "xccl ", opName,
+              ": the tensors are on ", *dev, " but group '", state_->name, "' is bound to ", *bound,
               " (init_process_group(device_id=...)); move them to ", *bound);
   return *dev;
 }
@@ -35,10 +35,11 @@ c10::Device ProcessGroupXCCL::deviceOf(const char* opName, const std::vector<at:
 std::shared_ptr<DeviceComm> ProcessGroupXCCL::commFor(const char* opName,
                                                       const c10::Device& device) {
   std::lock_guard<std::mutex> g(devMu_);
-  TORCH_CHECK(!devComm_ || devComm_->device == device, "xccl ", opName, ": group '",
-              state_->name, "' already runs on ", devComm_ ? devComm_->device.str() : "",
+  TORCH_CHECK(!devComm_ || devComm_->device == device, "xccl ", opName, ": group '", state_->name,
+              "' already runs on ", devComm_ ? devComm_->device.str() : "",
               " in this process, and a process drives one device per group (as with NCCL); "
-              "this call is on ", device);
+              "this call is on ",
+              device);
   if (!devComm_) devComm_ = makeDeviceComm(device);
   return devComm_;
 }
@@ -114,16 +115,16 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::split(
     const auto& parent = options_->global_ranks_in_group;
     o->global_ranks_in_group.push_back(parent.empty() ? static_cast<uint64_t>(r) : parent.at(r));
   }
-  auto child = c10::make_intrusive<ProcessGroupXCCL>(
-      store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), o);
+  auto child = c10::make_intrusive<ProcessGroupXCCL>(store, static_cast<int>(it - ranks.begin()),
+                                                     static_cast<int>(ranks.size()), o);
   if (auto bound = getBoundDeviceId()) {
     child->setBoundDeviceId(bound);
     child->eagerConnectSingleDevice(*bound);
   }
   ++splitCount_;
   splits_.erase(name);
-  splits_.emplace(name, c10::weak_intrusive_ptr<c10d::Backend>(
-                            c10::intrusive_ptr<c10d::Backend>(child)));
+  splits_.emplace(name,
+                  c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child)));
   return child;
 }
 

@@ -54,8 +54,7 @@ bool onAccelerator(const at::Tensor& t) { return t.defined() && isAccelerator(t.
 
 void* nativeStream(const c10::Stream& s) {
   if (s.device().is_cuda()) return s.native_handle();
-  TORCH_CHECK(isXdev(s.device()), "xccl: expected an xdev or CUDA stream, got one on ",
-              s.device());
+  TORCH_CHECK(isXdev(s.device()), "xccl: expected an xdev or CUDA stream, got one on ", s.device());
   return reinterpret_cast<void*>(static_cast<uintptr_t>(s.id()));
 }
 

@@ -49,7 +49,7 @@ class DeviceEvent {
   void synchronize();  // the host waits for it
 
  private:
-  xdevEvent_t ev_ = nullptr;        // xdev
+  xdevEvent_t ev_ = nullptr;       // xdev
   std::optional<c10::Event> c10_;  // CUDA
 };
 

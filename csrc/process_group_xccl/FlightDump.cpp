@@ -518,8 +518,8 @@ std::string defaultPath() {
 std::string dump(const std::string& path, const std::string& reason) {
   std::string target = path.empty() ? defaultPath() : path;
   if (!path.empty() && (isDirectory(path) || path.back() == '/')) {
-    target = path + (path.back() == '/' ? "" : "/") +
-             fileName(identity(FlightRecorder::get().groups()));
+    target =
+        path + (path.back() == '/' ? "" : "/") + fileName(identity(FlightRecorder::get().groups()));
   }
   const size_t slash = target.rfind('/');
   if (slash != std::string::npos && slash > 0) makeDirs(target.substr(0, slash));

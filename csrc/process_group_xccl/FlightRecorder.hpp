@@ -34,8 +34,8 @@ const char* flightStateName(FlightState s);
 
 // One process group as the dump names it.
 struct FlightGroup {
-  std::string name;             // unique in the process ("0", or "0@2" when "0" is made again)
-  int rank = 0;                 // this process's rank in the group
+  std::string name;  // unique in the process ("0", or "0@2" when "0" is made again)
+  int rank = 0;      // this process's rank in the group
   int size = 0;
   std::vector<uint64_t> ranks;  // global rank of each group rank (empty: the default group)
   // where peers' dump requests meet (FlightDump.hpp); null for a recorder of its own
@@ -47,8 +47,8 @@ struct FlightIssue {
   uint32_t group = 0;     // FlightRecorder::addGroup's index
   bool onDevice = false;  // the group's device communicator, else its host one
   bool p2p = false;
-  uint64_t seq = 0;    // collective number (p2p: the group's p2p number); 1, 2, ...
-  uint64_t opSeq = 0;  // the backend's number for every op (Work's sequence number)
+  uint64_t seq = 0;     // collective number (p2p: the group's p2p number); 1, 2, ...
+  uint64_t opSeq = 0;   // the backend's number for every op (Work's sequence number)
   const char* op = "";  // a string literal
   c10::Device device{c10::kCPU};
   int64_t timeoutMs = 0;
@@ -72,9 +72,9 @@ struct FlightEntry {
   int64_t tEnded = 0;
   uint64_t prevOnComm = 0;  // the entry issued before / after it on its communicator
   uint64_t nextOnComm = 0;
-  uint32_t nInputs = 0;            // tensors [0, nInputs) are inputs, the rest outputs
-  std::vector<int64_t> dims;       // every tensor's sizes, one after the other
-  std::vector<uint8_t> ndims;      // each tensor's number of dimensions
+  uint32_t nInputs = 0;        // tensors [0, nInputs) are inputs, the rest outputs
+  std::vector<int64_t> dims;   // every tensor's sizes, one after the other
+  std::vector<uint8_t> ndims;  // each tensor's number of dimensions
   std::vector<c10::ScalarType> dtypes;
   std::string error;  // failed / timed out: the error's text
 };

@@ -75,7 +75,7 @@ struct CompletionQueue {
   std::deque<c10::intrusive_ptr<WorkXCCL>> works;
   bool stop = false;
   bool exiting = false;  // the interpreter is about to finalize: end now, wait for nothing
-  bool urgent = false;  // a future was requested: complete the front promptly
+  bool urgent = false;   // a future was requested: complete the front promptly
   void wake() {
     {
       std::lock_guard<std::mutex> g(mu);
@@ -94,13 +94,13 @@ struct CommState {
   xcclComm_t comm = nullptr;
   std::shared_mutex rw;
   std::atomic<bool> closing{false};
-  std::mutex closeMu;  // one close() at a time (it reads comm outside the lock to interrupt)
+  std::mutex closeMu;    // one close() at a time (it reads comm outside the lock to interrupt)
   std::mutex enqueueMu;  // enqueue + event record happen in one order for all threads
   std::mutex errMu;
   std::string closedReason;  // why comm is gone (guarded by errMu)
   int rank = 0;
   int size = 0;
-  std::string name;  // process-group name, for messages
+  std::string name;                        // process-group name, for messages
   std::shared_ptr<DesyncDebugger> desync;  // TORCH_XCCL_DESYNC_DEBUG=1 only
 
   // Runs f(comm) under the shared lock; returns false (and leaves r untouched) when the
@@ -208,14 +208,14 @@ class WorkXCCL : public c10d::Work {
   std::atomic<bool> done_{false};
   int peer_ = -1;
   bool peerIsOutput_ = false;
-  uint64_t collSeq_ = 0;  // collective number for the desync report (0: point-to-point)
+  uint64_t collSeq_ = 0;   // collective number for the desync report (0: point-to-point)
   uint64_t flightId_ = 0;  // its flight-recorder entry (0: none)
   mutable std::atomic<bool> timedOut_{false};  // set by makeError: the recorder's "timed out"
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> futureWanted_{false};
   std::weak_ptr<CompletionQueue> completionQueue_;  // weak: the queue holds the Work
-  std::optional<c10::Stream> stream_;  // device operations: the communication stream
-  std::shared_ptr<DeviceEvent> end_;   // passes when the operation and its post step are done
+  std::optional<c10::Stream> stream_;               // device operations: the communication stream
+  std::shared_ptr<DeviceEvent> end_;  // passes when the operation and its post step are done
   bool hostBlocking_ = false;
   bool futureMarked_ = false;  // device futures are completed at launch
 
@@ -242,10 +242,9 @@ class ProcessGroupXCCL : public c10d::Backend {
   // A new backend over `ranks` (ranks of this group, sorted); null where this rank is not
   // among them. torch calls it once per device type of the group: the second call returns
   // the backend the first one made.
-  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
-                                          const std::vector<int>& ranks,
-                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts)
-      override;
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   uint64_t splitCount() const { return splitCount_; }
   void setTimeout(std::chrono::milliseconds timeout) { options_->timeout = timeout; }
 
@@ -376,9 +375,9 @@ class ProcessGroupXCCL : public c10d::Backend {
   uint64_t splitCount_ = 0;
   std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> splits_;  // by group name
   std::atomic<uint64_t> seq_{0};
-  uint64_t collSeq_ = 0;  // collectives only (desync report, flight recorder); under enqueueMu
-  uint64_t p2pSeq_ = 0;   // point-to-point ops (flight recorder); under enqueueMu
-  uint32_t flightGroup_ = 0;  // this group in the flight recorder
+  uint64_t collSeq_ = 0;       // collectives only (desync report, flight recorder); under enqueueMu
+  uint64_t p2pSeq_ = 0;        // point-to-point ops (flight recorder); under enqueueMu
+  uint32_t flightGroup_ = 0;   // this group in the flight recorder
   uint64_t barrierCount_ = 0;  // for monitoredBarrier store keys
   bool blockingWait_ = false;
   AsyncErrorMode errorMode_ = AsyncErrorMode::kCleanUpOnly;
@@ -388,7 +387,7 @@ class ProcessGroupXCCL : public c10d::Backend {
   // coalescing (startCoalescing .. endCoalescing): works wait for the group's single event
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<WorkXCCL>> coalesced_;
-  std::shared_ptr<DeviceComm> coalescedComm_;     // the block's communicator (first op's)
+  std::shared_ptr<DeviceComm> coalescedComm_;          // the block's communicator (first op's)
   std::vector<std::function<void()>> coalescedPosts_;  // device: queued after the group ends
 
   // completion thread

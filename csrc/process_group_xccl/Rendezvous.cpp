@@ -20,8 +20,8 @@ std::string attemptId() {
 }
 
 c10::intrusive_ptr<c10d::Store> scopeToInitialisation(const c10::intrusive_ptr<c10d::Store>& store,
-                                                       int size, int64_t callTimeoutMs,
-                                                       std::string* scope) {
+                                                      int size, int64_t callTimeoutMs,
+                                                      std::string* scope) {
   const std::string attempt = attemptId();
   const std::string counter = "xccl.inits/" + attempt + "/n" + std::to_string(size);
   auto value = std::make_shared<int64_t>(0);
@@ -33,8 +33,8 @@ c10::intrusive_ptr<c10d::Store> scopeToInitialisation(const c10::intrusive_ptr<c
               "unreachable or stopped");
   }
   if (*value < 1) {
-    throwDist("xccl init: the store's counter " + counter + " answered " +
-              std::to_string(*value) + " to add(1): not a store this backend can scope");
+    throwDist("xccl init: the store's counter " + counter + " answered " + std::to_string(*value) +
+              " to add(1): not a store this backend can scope");
   }
   const int64_t generation = (*value - 1) / size;
   *scope = "xccl." + attempt + ".g" + std::to_string(generation);

@@ -28,7 +28,7 @@ std::string attemptId();
 // `store` seen through a PrefixStore of this initialisation's scope; *scope receives the
 // scope ("xccl.local.g3"). The one store call (add) is bounded by `callTimeoutMs`.
 c10::intrusive_ptr<c10d::Store> scopeToInitialisation(const c10::intrusive_ptr<c10d::Store>& store,
-                                                       int size, int64_t callTimeoutMs,
-                                                       std::string* scope);
+                                                      int size, int64_t callTimeoutMs,
+                                                      std::string* scope);
 
 }  // namespace torch_xccl

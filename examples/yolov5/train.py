@@ -17,7 +17,6 @@ import math
 import os
 import sys
 import time
-from copy import deepcopy
 from pathlib import Path
 
 import numpy as np

@@ -5,7 +5,6 @@
 mAP is computed as pycocotools does (COCO matching, 101-point interpolation; utils/metrics.py).
 """
 import argparse
-import os
 import sys
 import time
 from pathlib import Path

@@ -85,7 +85,7 @@ def shard(rank: int, world: int, steps: int = STEPS, batch: int = BATCH):
     return out
 
 
-def flat_params(params) -> "torch.Tensor":
+def flat_params(params) -> "torch.Tensor":  # noqa: F821 (torch is imported inside)
     import torch
 
     return torch.cat([p.detach().float().reshape(-1).cpu() for p in params])

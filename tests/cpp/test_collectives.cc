@@ -26,7 +26,7 @@ using xccl_test::check;
 struct WorldParam {
   int n;
   std::string algo;  // XCCL_ALGO value; "" = automatic
-  int hosts;  // ranks r, r + hosts, ... share a (fake) host
+  int hosts;         // ranks r, r + hosts, ... share a (fake) host
 };
 void PrintTo(const WorldParam& p, std::ostream* os) {
   *os << p.n << " ranks, XCCL_ALGO=" << p.algo << ", " << p.hosts << " host(s)";
@@ -53,7 +53,8 @@ class Coll : public ::testing::TestWithParam<WorldParam> {
                                                       p.algo.empty() ? nullptr : p.algo.c_str());
     std::function<std::string(int)> hostOf;
     const int hosts = p.hosts;
-    if (hosts > 1) hostOf = [hosts](int r) { return std::string("fakehost") + char('A' + r % hosts); };
+    if (hosts > 1)
+      hostOf = [hosts](int r) { return std::string("fakehost") + char('A' + r % hosts); };
     world_ = std::make_unique<ThreadWorld>(p.n, hostOf);
   }
   void TearDown() override {

@@ -31,11 +31,13 @@ TEST(Caller, RunsAfterTheOperationsEnqueuedBeforeIt) {
     xcclEvent_t ev;
     check(xcclEventRecord(&ev, comm), comm);
     EXPECT_EQ(xcclEventQuery(&ev), xcclSuccess) << "rank " << rank;
-    expectMatches(y, 0, count, [&](size_t) { return n * n; }, "caller op after enqueued op");
+    expectMatches(
+        y, 0, count, [&](size_t) { return n * n; }, "caller op after enqueued op");
     // And the other way round: an op enqueued after a caller op.
     check(xcclAllReduce(y.data(), y.data(), count, xcclFloat32, xcclSum, comm, nullptr), comm);
     waitAll(comm);
-    expectMatches(y, 0, count, [&](size_t) { return n * n * n; }, "enqueued op after caller op");
+    expectMatches(
+        y, 0, count, [&](size_t) { return n * n * n; }, "enqueued op after caller op");
   });
 }
 
@@ -67,13 +69,16 @@ TEST(Caller, EveryCollectiveAndDtype) {
         check(xcclReduceScatter(rsIn.data(), rs.data(), count, t, xcclMax, comm, kCaller), comm);
         check(xcclAllToAll(aaIn.data(), aa.data(), count, t, comm, kCaller), comm);
         check(xcclBarrier(comm, kCaller), comm);
-        expectMatches(ar, 0, count, [&](size_t i) { return reduceExpected(xcclMax, t, n, i); },
-                      "allreduce " + tag);
+        expectMatches(
+            ar, 0, count, [&](size_t i) { return reduceExpected(xcclMax, t, n, i); },
+            "allreduce " + tag);
         if (rank == 1) {
-          expectMatches(rd, 0, count, [&](size_t i) { return reduceExpected(xcclMax, t, n, i); },
-                        "reduce " + tag);
+          expectMatches(
+              rd, 0, count, [&](size_t i) { return reduceExpected(xcclMax, t, n, i); },
+              "reduce " + tag);
         }
-        expectMatches(bc, 0, count, [&](size_t i) { return pattern(2, i, t); }, "broadcast " + tag);
+        expectMatches(
+            bc, 0, count, [&](size_t i) { return pattern(2, i, t); }, "broadcast " + tag);
         expectMatches(
             ag, 0, count * n,
             [&](size_t j) { return pattern(static_cast<int>(j / count), j % count, t); },
@@ -99,8 +104,8 @@ TEST(Caller, EveryCollectiveAndDtype) {
     check(xcclSend(s.data(), count, xcclInt32, next, comm, kCaller), comm);
     check(xcclRecv(r.data(), count, xcclInt32, prev, comm, kCaller), comm);
     check(xcclGroupEnd(), comm);
-    expectMatches(r, 0, count, [&](size_t i) { return pattern(prev, i, xcclInt32); },
-                  "send/recv ring");
+    expectMatches(
+        r, 0, count, [&](size_t i) { return pattern(prev, i, xcclInt32); }, "send/recv ring");
   });
 }
 
@@ -158,7 +163,8 @@ TEST(Caller, RefusedWhereItCannotKeepItsPromise) {
 TEST(Caller, InterruptFromAnotherThreadEndsTheCall) {
   xccl_test::MemoryStore store;
   xcclComm_t comms[2] = {nullptr, nullptr};
-  xccl_test::runThreads(2, [&](int rank) { comms[rank] = xccl_test::initThreadComm(store, 2, rank); });
+  xccl_test::runThreads(2,
+                        [&](int rank) { comms[rank] = xccl_test::initThreadComm(store, 2, rank); });
   float x[4] = {1, 1, 1, 1};
   std::thread interrupter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -65,13 +65,12 @@ std::vector<Disagreement> disagreements(size_t n) {
                  return xcclBroadcast(in.data(), out.data(), n, xcclFloat32, d ? 1 : 0, c, nullptr);
                },
                "broadcast(float32, " + N + ", root 0)", "broadcast(float32, " + N + ", root 1)"});
-  v.push_back({"reduce_root", n,
-               [=](int, bool d, xcclComm_t c, Buf& in, Buf& out) {
-                 return xcclReduce(in.data(), out.data(), n, xcclFloat32, xcclSum, d ? 1 : 0, c,
-                                   nullptr);
-               },
-               "reduce(float32, " + N + ", sum, root 0)",
-               "reduce(float32, " + N + ", sum, root 1)"});
+  v.push_back(
+      {"reduce_root", n,
+       [=](int, bool d, xcclComm_t c, Buf& in, Buf& out) {
+         return xcclReduce(in.data(), out.data(), n, xcclFloat32, xcclSum, d ? 1 : 0, c, nullptr);
+       },
+       "reduce(float32, " + N + ", sum, root 0)", "reduce(float32, " + N + ", sum, root 1)"});
   v.push_back({"gather_root", n / 4,
                [=](int, bool d, xcclComm_t c, Buf& in, Buf& out) {
                  return xcclGather(in.data(), out.data(), n / 4, xcclFloat32, d ? 1 : 0, c,
@@ -139,13 +138,11 @@ TEST_P(Desync, EveryDisagreementFailsOnEveryRankNamingBothCalls) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Desync,
-                         testing::Values(Case{2, 64}, Case{2, 1 << 20}, Case{3, 64},
-                                         Case{3, 1 << 20}),
-                         [](const testing::TestParamInfo<Case>& info) {
-                           return std::to_string(info.param.nranks) + "ranks_" +
-                                  std::to_string(info.param.count);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    All, Desync, testing::Values(Case{2, 64}, Case{2, 1 << 20}, Case{3, 64}, Case{3, 1 << 20}),
+    [](const testing::TestParamInfo<Case>& info) {
+      return std::to_string(info.param.nranks) + "ranks_" + std::to_string(info.param.count);
+    });
 
 // Over TCP a failing rank's stream to a peer is often in the middle of a frame, where no
 // abort frame fits; its note then travels on the heartbeat socket, so every rank that fails
@@ -160,8 +157,8 @@ TEST(DesyncTcp, EveryRankThatFailsNamesTheMismatch) {
       Buf in(xcclFloat32, n + 1), out(xcclFloat32, n + 1);
       in.fill(1);
       const size_t count = rank == 2 ? n + 1 : n;
-      xcclResult_t r = xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclSum, comm,
-                                     nullptr);
+      xcclResult_t r =
+          xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclSum, comm, nullptr);
       if (r == xcclSuccess) r = waitResult(comm);
       if (r == xcclSuccess) {
         r = xcclBarrier(comm, nullptr);

@@ -122,28 +122,29 @@ TEST_P(StoppedPeer, IsFoundWithinTheHeartbeatTimeout) {
   ScopedEnv interval("XCCL_HEARTBEAT_MS", "200");
   ScopedEnv timeout("XCCL_HEARTBEAT_TIMEOUT_MS", "1500");
   const int n = 3, victim = 2;
-  auto codes = runRanks(
-      n,
-      [&](int rank, xcclComm_t comm) {
-        if (allreduceOnce(comm, n, 1 << 16) != xcclSuccess) return 4;
-        if (rank == victim) {
-          raise(SIGSTOP);
-          return 0;  // not reached: killed while stopped
-        }
-        auto t0 = Clock::now();
-        xcclResult_t r = allreduceOnce(comm, n, 1 << 16);
-        const double took = secondsSince(t0);
-        const std::string why = xcclGetLastError(comm);
-        fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank, xcclGetErrorString(r), took,
-                why.c_str());
-        if (r == xcclSuccess) return 5;
-        // Every survivor raises: the one whose ring neighbour is the victim because it went
-        // silent, the other because the first failed (or because the victim did).
-        if (took > 0.2 + 1.5 + 3.0) return 6;  // interval + timeout + slack, not 60 s
-        if (why.find("rank 2") == std::string::npos) return 7;
-        return 0;
-      },
-      {victim});
+  auto codes = runRanks(n,
+                        [&](int rank, xcclComm_t comm) {
+                          if (allreduceOnce(comm, n, 1 << 16) != xcclSuccess) return 4;
+                          if (rank == victim) {
+                            raise(SIGSTOP);
+                            return 0;  // not reached: killed while stopped
+                          }
+                          auto t0 = Clock::now();
+                          xcclResult_t r = allreduceOnce(comm, n, 1 << 16);
+                          const double took = secondsSince(t0);
+                          const std::string why = xcclGetLastError(comm);
+                          fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank,
+                                  xcclGetErrorString(r), took, why.c_str());
+                          if (r == xcclSuccess) return 5;
+                          // Every survivor raises: the one whose ring neighbour is the victim
+                          // because it went silent, the other because the first failed (or because
+                          // the victim did).
+                          if (took > 0.2 + 1.5 + 3.0)
+                            return 6;  // interval + timeout + slack, not 60 s
+                          if (why.find("rank 2") == std::string::npos) return 7;
+                          return 0;
+                        },
+                        {victim});
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     EXPECT_EQ(codes[r], 0) << "rank " << r << " (see its line above)";
@@ -156,25 +157,25 @@ TEST_P(StoppedPeer, TheWaitingRankSaysWhoWentSilentAndWhy) {
   ScopedEnv shm("XCCL_SHM_DISABLE", tcp ? "1" : "0");
   ScopedEnv interval("XCCL_HEARTBEAT_MS", "100");
   ScopedEnv timeout("XCCL_HEARTBEAT_TIMEOUT_MS", "1000");
-  auto codes = runRanks(
-      2,
-      [&](int rank, xcclComm_t comm) {
-        if (allreduceOnce(comm, 2, 1024) != xcclSuccess) return 4;
-        if (rank == 1) raise(SIGSTOP);
-        xcclResult_t r = allreduceOnce(comm, 2, 1024);
-        const std::string why = xcclGetLastError(comm);
-        fprintf(stderr, "rank 0: %s\n", why.c_str());
-        if (r == xcclSuccess) return 5;
-        if (why.find("rank 1 (") == std::string::npos ||
-            why.find("went silent") == std::string::npos ||
-            why.find("sent no heartbeat") == std::string::npos) {
-          return 6;
-        }
-        // Over shared memory the peer's process is visible: say that it is stopped.
-        if (!tcp && why.find("is stopped") == std::string::npos) return 7;
-        return 0;
-      },
-      {1});
+  auto codes = runRanks(2,
+                        [&](int rank, xcclComm_t comm) {
+                          if (allreduceOnce(comm, 2, 1024) != xcclSuccess) return 4;
+                          if (rank == 1) raise(SIGSTOP);
+                          xcclResult_t r = allreduceOnce(comm, 2, 1024);
+                          const std::string why = xcclGetLastError(comm);
+                          fprintf(stderr, "rank 0: %s\n", why.c_str());
+                          if (r == xcclSuccess) return 5;
+                          if (why.find("rank 1 (") == std::string::npos ||
+                              why.find("went silent") == std::string::npos ||
+                              why.find("sent no heartbeat") == std::string::npos) {
+                            return 6;
+                          }
+                          // Over shared memory the peer's process is visible: say that it is
+                          // stopped.
+                          if (!tcp && why.find("is stopped") == std::string::npos) return 7;
+                          return 0;
+                        },
+                        {1});
   EXPECT_EQ(codes[0], 0);
 }
 
@@ -197,7 +198,8 @@ TEST_P(StoppedPeer, BriefStopIsNotAFailure) {
         }
         return 0;
       },
-      {}, [](const std::vector<pid_t>& pids) {
+      {},
+      [](const std::vector<pid_t>& pids) {
         // Wait until rank 1 is stopped, leave it so for 500 ms, then continue it.
         for (int i = 0; i < 2000; ++i) {
           int st = 0;

@@ -26,9 +26,9 @@ bool laneOf(const char* mode) {
       2,
       [&](int rank) {
         std::atomic<bool> abortFlag{false};
-        xccl::PeerSetup s = xccl::connectPeers(*store, rank, 2, "lane-secret",
-                                               xccl::getDevice("host", 0),
-                                               xccl::Deadline::after(20000), abortFlag);
+        xccl::PeerSetup s =
+            xccl::connectPeers(*store, rank, 2, "lane-secret", xccl::getDevice("host", 0),
+                               xccl::Deadline::after(20000), abortFlag);
         xccl::Connection* c = s.connections[1 - rank].get();
         ASSERT_NE(c, nullptr);
         EXPECT_STREQ(c->kind(), "SHM");
@@ -62,8 +62,8 @@ TEST(ShmLane, CollectivesThroughTinyLanes) {
           check(xcclAllGather(in.data(), gathered.data(), count, t, comm, nullptr), comm);
           check(xcclBroadcast(in.data(), bcast.data(), count, t, 1, comm, nullptr), comm);
           waitAll(comm);
-          const std::string what = std::string(algo) + " dtype " + std::to_string(t) + " x" +
-                                   std::to_string(count);
+          const std::string what =
+              std::string(algo) + " dtype " + std::to_string(t) + " x" + std::to_string(count);
           expectMatches(
               sum, 0, count, [&](size_t i) { return reduceExpected(xcclSum, t, n, i); },
               "allreduce " + what);

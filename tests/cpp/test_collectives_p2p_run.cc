@@ -51,10 +51,12 @@ TEST_P(P2PRun, UngroupedSendThenRecvRingLargerThanTheBuffersCompletes) {
       check(xcclSend(send2.data(), 1000, xcclInt32, next, comm, nullptr), comm);
       check(xcclRecv(recv2.data(), 1000, xcclInt32, prev, comm, nullptr), comm);
       waitAll(comm);
-      expectMatches(recv, 0, count, [&](size_t i) { return pattern(prev, i, xcclFloat32); },
-                    "large recv from prev");
-      expectMatches(recv2, 0, 1000, [&](size_t i) { return pattern(prev + 7, i, xcclInt32); },
-                    "small recv from prev");
+      expectMatches(
+          recv, 0, count, [&](size_t i) { return pattern(prev, i, xcclFloat32); },
+          "large recv from prev");
+      expectMatches(
+          recv2, 0, 1000, [&](size_t i) { return pattern(prev + 7, i, xcclInt32); },
+          "small recv from prev");
     }
   });
 }
@@ -85,11 +87,13 @@ TEST(P2PRunOrder, AnOpCompletesWithoutWaitingForTheOpsTakenAfterIt) {
       EXPECT_LT(secondsSince(t0), 0.8) << "the send waited for the receive queued after it";
       EXPECT_EQ(xcclEventQuery(&sent), xcclSuccess);
       waitAll(comm);
-      expectMatches(small, 0, 4, [](size_t) { return 11; }, "late small message");
+      expectMatches(
+          small, 0, 4, [](size_t) { return 11; }, "late small message");
     } else {
       check(xcclRecv(big.data(), count, xcclFloat32, 0, comm, nullptr), comm);
       waitAll(comm);
-      expectMatches(big, 0, count, [](size_t) { return 3; }, "big message");
+      expectMatches(
+          big, 0, count, [](size_t) { return 3; }, "big message");
       std::this_thread::sleep_for(std::chrono::milliseconds(1000));
       small.fill(11);
       check(xcclSend(small.data(), 4, xcclInt64, 0, comm, nullptr), comm);
@@ -116,9 +120,12 @@ TEST(P2PRunOrder, ACollectiveBetweenPointToPointOpsKeepsItsPlace) {
     check(xcclRecv(a.data(), count, xcclFloat32, prev, comm, nullptr), comm);
     check(xcclSend(sum.data(), count, xcclFloat32, next, comm, nullptr), comm);
     waitAll(comm);
-    expectMatches(b, 0, count, [&](size_t) { return prev + 1; }, "ring before the allreduce");
-    expectMatches(sum, 0, count, [&](size_t) { return n * (n + 1) / 2; }, "allreduce");
-    expectMatches(a, 0, count, [&](size_t) { return n * (n + 1) / 2; }, "ring after it");
+    expectMatches(
+        b, 0, count, [&](size_t) { return prev + 1; }, "ring before the allreduce");
+    expectMatches(
+        sum, 0, count, [&](size_t) { return n * (n + 1) / 2; }, "allreduce");
+    expectMatches(
+        a, 0, count, [&](size_t) { return n * (n + 1) / 2; }, "ring after it");
   });
 }
 

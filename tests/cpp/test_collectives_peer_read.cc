@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
-#include <cstdio>
 #include <random>
 #include <string>
 #include <thread>
@@ -127,8 +127,8 @@ TEST(PeerRead, InPlaceRingAllreducesStayExact) {
           for (size_t i = 0; i < count; ++i) {
             const float want = float(n * ((i % 97) + round) + (n * (n - 1)) / 2);
             if (host[i] != want) {
-              fprintf(stderr, "rank %d round %d: element %zu is %f, expected %f\n", rank, round,
-                      i, host[i], want);
+              fprintf(stderr, "rank %d round %d: element %zu is %f, expected %f\n", rank, round, i,
+                      host[i], want);
               return 24;
             }
           }

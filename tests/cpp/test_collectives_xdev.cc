@@ -75,9 +75,9 @@ TEST(XdevStreams, CollectiveWaitsForEarlierWorkAndLaterWorkWaitsForIt) {
       release.store(true);
       // 3. a copy queued after the collective sees its result
       std::vector<float> host(count, -1.0f);
-      xcheck(xdevMemcpyAsync(host.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost,
-                             stream),
-             "xdevMemcpyAsync");
+      xcheck(
+          xdevMemcpyAsync(host.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost, stream),
+          "xdevMemcpyAsync");
       xcheck(xdevStreamSynchronize(stream), "xdevStreamSynchronize");
       EXPECT_TRUE(slow.released) << "xcclAllReduce blocked the host until the stream was idle";
       for (size_t i = 0; i < count; ++i) ASSERT_EQ(host[i], 6.0f) << "rank " << rank << " i " << i;
@@ -102,9 +102,9 @@ TEST(XdevStreams, DefaultStreamAndGroupsAreOrderedToo) {
     check(xcclAllGather(a, b, count, xcclFloat32, comm, nullptr), comm);
     check(xcclGroupEnd(), comm);
     std::vector<float> out(2 * count);
-    xcheck(xdevMemcpyAsync(out.data(), b, out.size() * sizeof(float), xdevMemcpyDeviceToHost,
-                           nullptr),
-           "xdevMemcpyAsync");
+    xcheck(
+        xdevMemcpyAsync(out.data(), b, out.size() * sizeof(float), xdevMemcpyDeviceToHost, nullptr),
+        "xdevMemcpyAsync");
     xcheck(xdevStreamSynchronize(nullptr), "xdevStreamSynchronize");
     for (float v : out) ASSERT_EQ(v, 2.0f);
     xdevFree(a);
@@ -156,17 +156,17 @@ TEST(XdevStreams, AFailedCollectiveFailsItsStreamAndNothingBehindItRuns) {
         float* buf = nullptr;
         xcheck(xdevMalloc(reinterpret_cast<void**>(&buf), count * sizeof(float)), "xdevMalloc");
         std::vector<float> in(count, 1.0f);
-        xcheck(xdevMemcpyAsync(buf, in.data(), count * sizeof(float), xdevMemcpyHostToDevice,
-                               stream),
-               "xdevMemcpyAsync");
+        xcheck(
+            xdevMemcpyAsync(buf, in.data(), count * sizeof(float), xdevMemcpyHostToDevice, stream),
+            "xdevMemcpyAsync");
         xdevEvent_t before = nullptr;
         xcheck(xdevEventCreateWithFlags(&before, xdevEventDisableTiming), "xdevEventCreate");
         xcheck(xdevEventRecord(before, stream), "xdevEventRecord");
         // Enqueued (it may also be refused at once if the abort is already known).
         xcclResult_t r = xcclAllReduce(buf, buf, count, xcclFloat32, xcclSum, comm, stream);
         std::vector<float> out(count, -7.0f);
-        xdevError_t copy = xdevMemcpyAsync(out.data(), buf, count * sizeof(float),
-                                           xdevMemcpyDeviceToHost, stream);
+        xdevError_t copy =
+            xdevMemcpyAsync(out.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost, stream);
         if (r == xcclSuccess) {
           // The copy was queued before or after the failure reached the stream.
           EXPECT_TRUE(copy == xdevSuccess || copy == xdevErrorStreamFailed) << copy;
@@ -183,9 +183,9 @@ TEST(XdevStreams, AFailedCollectiveFailsItsStreamAndNothingBehindItRuns) {
         EXPECT_NE(async, xcclSuccess);
         check(xcclCommAbort(comm), nullptr);
         xcheck(xdevDeviceClearErrors(), "xdevDeviceClearErrors");
-        xcheck(xdevMemcpyAsync(out.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost,
-                               stream),
-               "xdevMemcpyAsync after clearing");
+        xcheck(
+            xdevMemcpyAsync(out.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost, stream),
+            "xdevMemcpyAsync after clearing");
         xcheck(xdevStreamSynchronize(stream), "xdevStreamSynchronize after clearing");
         EXPECT_EQ(out[0], 1.0f);  // the input, untouched by the failed collective
         xdevEventDestroy(before);

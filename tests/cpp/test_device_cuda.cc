@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -37,8 +37,8 @@ TEST(CudaDevice, BuiltWithout) {
 
 bool haveGpu() { return xccl::CudaDevice::deviceCount() > 0; }
 
-#define REQUIRE_GPU()                                                                    \
-  if (!haveGpu())                                                                        \
+#define REQUIRE_GPU()                                                                        \
+  if (!haveGpu())                                                                            \
   GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA device is compiled (sm_80, sm_90, " \
                   "PTX) but not run here"
 
@@ -191,7 +191,7 @@ void ranksOnOneGpu(int n) {
     for (xcclRedOp_t op : xccl_coll_test::allOps()) {
       if (!xccl_coll_test::supported(t, op)) continue;
       const size_t bytes = count * xcclTypeSize(t);
-      std::vector<std::unique_ptr<DevBuf>> bufs;
+      std::vector<std::unique_ptr<DevBuf> > bufs;
       for (int r = 0; r < n; ++r) {
         std::vector<unsigned char> in(bytes);
         for (size_t i = 0; i < count; ++i) {

@@ -2,9 +2,9 @@
 // (pure functions; planning over many described systems is in test_topology_plan.cc).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
-#include <unistd.h>
 #include <set>
 
 #include "collectives/topology/detect.h"
@@ -121,7 +121,8 @@ TEST(CommTopology, HostIdentitiesGroupHostsAndMinimiseNetworkHops) {
 }
 
 TEST(CommTopology, DetectedTextsPlaceDevices) {
-  std::string h0 = "system xdev\nhost n0\ndevices 4\nlink 0 2 XL 100\nlink 2 1 XL 100\nlink 1 3 XL 100\n";
+  std::string h0 =
+      "system xdev\nhost n0\ndevices 4\nlink 0 2 XL 100\nlink 2 1 XL 100\nlink 1 3 XL 100\n";
   std::string h1 = "system xdev\nhost n1\ndevices 4\n";
   // ranks 0..3 on n0 with devices 0..3, ranks 4..7 on n1
   std::vector<std::string> ids = {"a", "a", "a", "a", "b", "b", "b", "b"};

@@ -44,7 +44,9 @@ Described makeSystem(int hosts, int devs, int islands, std::vector<double> nicGb
       const char* kinds[] = {"XL", "PIX", "PXB", "NODE"};
       for (int k = 0; k < devs; ++k) {
         int a = rng() % devs, b = rng() % devs;
-        if (a != b) os << "link " << a << " " << b << " " << kinds[rng() % 4] << " " << 5 + rng() % 200 << "\n";
+        if (a != b)
+          os << "link " << a << " " << b << " " << kinds[rng() % 4] << " " << 5 + rng() % 200
+             << "\n";
       }
     }
   }
@@ -53,7 +55,8 @@ Described makeSystem(int hosts, int devs, int islands, std::vector<double> nicGb
   return {os.str(), name.str()};
 }
 
-double ringBottleneck(const System& s, const std::vector<Place>& places, const std::vector<int>& ring) {
+double ringBottleneck(const System& s, const std::vector<Place>& places,
+                      const std::vector<int>& ring) {
   double b = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
     b = std::min(b, rankPath(s, places, ring[i], ring[(i + 1) % ring.size()]).gbs);
@@ -150,8 +153,10 @@ TEST(TopologyPlan, ManyDescribedSystems) {
 TEST(TopologyPlan, IslandsAreCrossedOnlyWhereTheyMustBe) {
   // 8 devices: islands {0-3} and {4-7} of XL, one XL bridge 3-4 and 7-0: the ring
   // 0..7 is all XL; with rank order scrambled over devices the planner still finds it.
-  System s = parseSystem("host a\ndevices 8\nisland 0-3 XL 100\nisland 4-7 XL 100\n"
-                         "link 3 4 XL 100\nlink 7 0 XL 100\n", "islands");
+  System s = parseSystem(
+      "host a\ndevices 8\nisland 0-3 XL 100\nisland 4-7 XL 100\n"
+      "link 3 4 XL 100\nlink 7 0 XL 100\n",
+      "islands");
   std::vector<int> devOfRank = {0, 5, 2, 7, 4, 1, 6, 3};
   std::vector<Place> places;
   for (int d : devOfRank) places.push_back(Place{0, d});
@@ -190,7 +195,8 @@ TEST(TopologyPlan, LargeHostsUseTheGreedyOrderAndStayValid) {
   Described d = makeSystem(2, 24, 3, {100}, 5);
   System s = parseSystem(d.text, d.name);
   std::vector<Place> places;
-  for (size_t i = 0; i < s.devices.size(); ++i) places.push_back(Place{s.devices[i].host, static_cast<int>(i)});
+  for (size_t i = 0; i < s.devices.size(); ++i)
+    places.push_back(Place{s.devices[i].host, static_cast<int>(i)});
   checkPlan(s, places, d.name);
 }
 

@@ -3,10 +3,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
-#include <array>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <array>
 
 #include <chrono>
 #include <cstring>
@@ -15,10 +15,10 @@
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
-#include "common/auth.h"
-#include "common/sha256.h"
-#include "common/error.h"
 #include "collectives/transport/tcp/socket.h"
+#include "common/auth.h"
+#include "common/error.h"
+#include "common/sha256.h"
 #include "test_util.h"
 
 namespace {
@@ -84,8 +84,8 @@ TEST(CallbackStore, FailingSetIsAnIoError) {
 }
 
 TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
-  xccl::PeerInfo in{3, 4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555", 5,
-                    "host a\ndevices 8\n"};
+  xccl::PeerInfo in{
+      3, 4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555", 5, "host a\ndevices 8\n"};
   std::string wire = xccl::serializePeerInfo(in, xccl::kPeerFlagNoShm);
   uint32_t flags = 0;
   xccl::PeerInfo out = xccl::parsePeerInfo(wire, &flags);
@@ -177,8 +177,8 @@ int handshake(const sockaddr_in& addr, const std::string& proofSecret, std::stri
   std::string mine = xccl::auth::nonce();
   sendStr(fd, hello(mine));
   *challenge = recvExactly(fd, 48);
-  std::string proof = xccl::auth::proof(proofSecret, "store-client", challenge->substr(0, 16), mine,
-                                        "xccl-store");
+  std::string proof =
+      xccl::auth::proof(proofSecret, "store-client", challenge->substr(0, 16), mine, "xccl-store");
   sendStr(fd, proof);
   std::string s = recvExactly(fd, 1);
   *status = s.empty() ? '?' : s[0];
@@ -231,7 +231,7 @@ TEST(UniqueIdStore, WrongSecretIsRefused) {
   std::string challenge;
   char status = 0;
   int fd = handshake(idAddress(id), std::string(32, 'x'), &challenge, &status);
-  EXPECT_EQ(status, '\1');  // "refused"
+  EXPECT_EQ(status, '\1');                     // "refused"
   EXPECT_EQ(xccl_test::readUntilEof(fd), "");  // then closed
   close(fd);
   // The secret never travels: the challenge is a fresh nonce and an HMAC.
@@ -280,8 +280,9 @@ TEST(UniqueIdStore, SurvivesMalformedAndTruncatedRequests) {
     bool hangUp;  // the client vanishes after sending
   };
   std::vector<Attack> attacks;
-  attacks.push_back({false, "GET / HTTP/1.0\r\n\r\n" + std::string(40, 'z'), false});  // garbage hello
-  attacks.push_back({false, "XCS", true});                                               // truncated hello
+  attacks.push_back(
+      {false, "GET / HTTP/1.0\r\n\r\n" + std::string(40, 'z'), false});  // garbage hello
+  attacks.push_back({false, "XCS", true});                               // truncated hello
   std::string hugeKey = "G";
   xccl::net::putU32(hugeKey, 0xffffffffu);  // key length far over the limit
   attacks.push_back({true, hugeKey, false});

@@ -18,11 +18,11 @@
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
-#include "common/auth.h"
-#include "common/error.h"
 #include "collectives/transport/tcp/connection.h"
 #include "collectives/transport/tcp/handshake.h"
 #include "collectives/transport/tcp/socket.h"
+#include "common/auth.h"
+#include "common/error.h"
 #include "device/device.h"
 #include "test_util.h"
 
@@ -209,7 +209,8 @@ TEST(Connect, LatePeerGetsOneNoticePerInterval) {
       xccl::Timeout);
   std::string err = testing::internal::GetCapturedStderr();
   size_t lines = 0;
-  for (size_t at = 0; (at = err.find("still waiting after", at)) != std::string::npos; ++at) ++lines;
+  for (size_t at = 0; (at = err.find("still waiting after", at)) != std::string::npos; ++at)
+    ++lines;
   EXPECT_GE(lines, 2u) << err;
   EXPECT_LE(lines, 4u) << err;
   EXPECT_NE(err.find("for key 'peer/1' in the store (rank 0;"), std::string::npos) << err;
@@ -363,7 +364,8 @@ TEST(Connect, ForeignTcpClientsAreRefusedAndRanksStillConnect) {
     // Rank 1 accepts from rank 0; rank 0 waits until we have tried our luck.
     xccl::PeerInfo target = xccl::parsePeerInfo(store->get("peer/1", Deadline::after(10000)));
     auto note = [&](const std::string& what, const std::string& got, const std::string& want) {
-      if (got != want) spyLog += what + ": unexpected answer of " + std::to_string(got.size()) + " bytes; ";
+      if (got != want)
+        spyLog += what + ": unexpected answer of " + std::to_string(got.size()) + " bytes; ";
     };
     const std::string ctx = "xccl-tcp 0->1 socket 0";
     // 1. Knows the protocol, not the secret: gets a challenge whose proof it cannot check,
@@ -465,7 +467,8 @@ TEST(Connect, ConnectorNeverSendsTheSecretOrAProofToAStranger) {
     ADD_FAILURE() << "connected to a stranger";
   } catch (const xccl::RemoteError& e) {
     EXPECT_NE(std::string(e.what()).find("does not know this communicator's secret"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   } catch (const std::exception& e) {
     ADD_FAILURE() << "unexpected error: " << e.what();
   }

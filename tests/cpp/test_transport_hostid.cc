@@ -1,7 +1,7 @@
 // Host identity and interface selection (the parts of "which peers are on my host, and which
 // address do I give them" that need no second machine).
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,9 +45,10 @@ TEST(Interfaces, NcclSyntax) {
   EXPECT_EQ(pick(ifs, "ib"), "ib0");
   EXPECT_EQ(pick(ifs, "^docker,lo,eth"), "ib0");
   EXPECT_EQ(pick(ifs, "=eth1"), "eth1");
-  EXPECT_EQ(pick(ifs, "=eth"), "none: XCCL_SOCKET_IFNAME==eth: no up IPv4 interface matches the "
-                                "names given (up IPv4 interfaces: lo 127.0.0.1, docker0 "
-                                "172.17.0.1, eth0 10.0.0.5, eth1 10.1.0.5, ib0 192.168.5.5)");
+  EXPECT_EQ(pick(ifs, "=eth"),
+            "none: XCCL_SOCKET_IFNAME==eth: no up IPv4 interface matches the "
+            "names given (up IPv4 interfaces: lo 127.0.0.1, docker0 "
+            "172.17.0.1, eth0 10.0.0.5, eth1 10.1.0.5, ib0 192.168.5.5)");
   EXPECT_EQ(pick(ifs, "^=eth0"), "docker0");
   EXPECT_EQ(pick(ifs, "lo"), "lo");  // named: loopback is allowed
 }

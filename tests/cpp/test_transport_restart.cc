@@ -172,7 +172,8 @@ TEST(Rendezvous, RestartedJobWaitsPastRecordsOfExitedProcesses) {
         n,
         [&](int rank) {
           CStore store(xccl::connectUniqueIdStore(id, Deadline::after(10000)));
-          if (attempt == 1 && rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+          if (attempt == 1 && rank == 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(600));
           xcclComm_t comm = initComm(&store.c, n, rank, "job/", 20000);
           checkedAllReduce(comm, rank, n, 10 * attempt);
           if (attempt == 0) _exit(0);  // the first attempt "crashes": no destroy, no goodbye

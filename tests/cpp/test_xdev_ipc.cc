@@ -131,8 +131,8 @@ TEST(XdevIpc, AnotherProcessReadsAndWritesInPlace) {
   XDEV_ASSERT_OK(xdevMemcpy(p, pattern.data(), n, xdevMemcpyHostToDevice));
   xdevIpcMemHandle_t h;
   XDEV_ASSERT_OK(xdevIpcGetMemHandle(&h, p));
-  int st = runChild("XdevIpc.ChildReadsAndWritesThroughAHandle",
-                    {"XDEV_IPC_TEST_HANDLE=" + hex(h)});
+  int st =
+      runChild("XdevIpc.ChildReadsAndWritesThroughAHandle", {"XDEV_IPC_TEST_HANDLE=" + hex(h)});
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
   EXPECT_EQ(p[0], 0x5a);
   EXPECT_EQ(p[4095], 0x5a);
@@ -168,8 +168,8 @@ TEST(XdevIpc, AHandleOfAnExitedProcessIsRefused) {
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
-  int st = runChild("XdevIpc.ChildPrintsAHandleAndExits",
-                    {std::string("XDEV_IPC_TEST_PRINT=") + path});
+  int st =
+      runChild("XdevIpc.ChildPrintsAHandleAndExits", {std::string("XDEV_IPC_TEST_PRINT=") + path});
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
   char buf[256] = {0};
   FILE* f = fopen(path, "r");

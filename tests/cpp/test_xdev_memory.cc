@@ -171,8 +171,7 @@ TEST(XdevMemory, CopiesCheckTheirKindAndBounds) {
   XDEV_EXPECT_OK(xdevMemcpy(host, dev, 10, xdevMemcpyDefault)) << "Default infers the sides";
   EXPECT_EQ(xdevErrorInvalidValue, xdevMemcpy(host, dev + 95, 10, xdevMemcpyDefault));
   EXPECT_EQ(xdevErrorInvalidValue, xdevMemcpy(nullptr, host, 1, xdevMemcpyHostToHost));
-  EXPECT_EQ(xdevErrorInvalidValue,
-            xdevMemcpy(host, host + 100, 1, static_cast<xdevMemcpyKind>(9)));
+  EXPECT_EQ(xdevErrorInvalidValue, xdevMemcpy(host, host + 100, 1, static_cast<xdevMemcpyKind>(9)));
   EXPECT_EQ(xdevErrorInvalidValue, xdevMemsetAsync(host, 0, 10, nullptr));
   EXPECT_EQ(xdevErrorInvalidValue, xdevMemsetAsync(dev, 0, 101, nullptr));
   XDEV_EXPECT_OK(xdevMemcpy(nullptr, nullptr, 0, xdevMemcpyDeviceToDevice)) << "0 bytes";

@@ -63,8 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t count = 1 + data[1] % 64;  // float32 elements posted
   FakeConnection conn(std::string(reinterpret_cast<const char*>(data) + 2, size - 2));
   std::atomic<bool> abortFlag{false};
-  xccl::Exchange ex(1, 2, xccl::getDevice(mode == 3 ? "xdev" : "host", 0), {&conn, nullptr},
-                    {0, 1}, abortFlag);
+  xccl::Exchange ex(1, 2, xccl::getDevice(mode == 3 ? "xdev" : "host", 0), {&conn, nullptr}, {0, 1},
+                    abortFlag);
   xccl::CollArgs args;
   args.type = mode == 2 ? xccl::CollType::kRecvAny : xccl::CollType::kAllReduce;
   args.count = count;

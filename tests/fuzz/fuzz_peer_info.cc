@@ -17,7 +17,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 std::vector<std::string> xcclFuzzSeeds() {
-  xccl::PeerInfo a{3, 4242, "node-a/boot/net:[1]/pid:[2]", "node-a", "xdev:1", "10.0.0.1:5555", 1,
+  xccl::PeerInfo a{3,
+                   4242,
+                   "node-a/boot/net:[1]/pid:[2]",
+                   "node-a",
+                   "xdev:1",
+                   "10.0.0.1:5555",
+                   1,
                    "system xdev\nhost node-a\ndevices 2\nlink 0 1 XL 100\n"};
   xccl::PeerInfo b{0, 1, "", "", "", "", -1, ""};
   return {xccl::serializePeerInfo(a, 1), xccl::serializePeerInfo(b, 0)};

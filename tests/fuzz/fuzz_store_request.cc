@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     xccl::StoreParse r = xccl::parseStoreRequest(in, &req, &used, &why);
     if (r == xccl::StoreParse::kBad && why.empty()) __builtin_trap();
     if (r != xccl::StoreParse::kDone) break;
-    if (used == 0 || used > in.size() || req.key.empty() || req.key.size() + req.value.size() > used) {
+    if (used == 0 || used > in.size() || req.key.empty() ||
+        req.key.size() + req.value.size() > used) {
       __builtin_trap();
     }
     in.erase(0, used);

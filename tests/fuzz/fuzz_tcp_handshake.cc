@@ -17,10 +17,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string nonce, proof;
   uint32_t st = 0;
   int kind = xccl::tcp::parseChallenge(in, 1, &nonce, &proof, &st);
-  if (kind == 0 && (nonce.size() != xccl::auth::kNonceBytes || proof.size() != xccl::auth::kProofBytes)) {
+  if (kind == 0 &&
+      (nonce.size() != xccl::auth::kNonceBytes || proof.size() != xccl::auth::kProofBytes)) {
     __builtin_trap();
   }
-  if (xccl::tcp::parseReply(in, 1, &st) && xccl::tcp::makeReply(static_cast<xccl::tcp::Status>(st), 1) != in) {
+  if (xccl::tcp::parseReply(in, 1, &st) &&
+      xccl::tcp::makeReply(static_cast<xccl::tcp::Status>(st), 1) != in) {
     __builtin_trap();
   }
   return 0;

@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::string text = xccl::topo::formatSystem(s);
-  if (xccl::topo::formatSystem(xccl::topo::parseSystem(text, "formatted")) != text) __builtin_trap();
+  if (xccl::topo::formatSystem(xccl::topo::parseSystem(text, "formatted")) != text)
+    __builtin_trap();
   if (s.devices.size() > 64) return 0;  // planning is exact up to 16 per host: keep it quick
   std::vector<xccl::topo::Place> places;
   for (size_t d = 0; d < s.devices.size(); ++d) {
@@ -38,9 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 std::vector<std::string> xcclFuzzSeeds() {
-  return {"system cuda\nhost node0 numa 2\ndevices 4 numa 0\ndevices 4 numa 1\n"
-          "nic mlx5_0 numa 0 gbps 100\nisland 0-3 XL 150\nisland 4,5,6,7 XL\nlink 3 4 PIX 24\n"
-          "host node1 numa 2\ndevices 4 numa 0\ndevice numa 1\nnic eth0 gbps 25\n",
-          "# comment only\n",
-          "host a\ndevices 3\nlink 0 1 NODE 16\nlink 1 2 SYS\nhost b\ndevices 2\n"};
+  return {
+      "system cuda\nhost node0 numa 2\ndevices 4 numa 0\ndevices 4 numa 1\n"
+      "nic mlx5_0 numa 0 gbps 100\nisland 0-3 XL 150\nisland 4,5,6,7 XL\nlink 3 4 PIX 24\n"
+      "host node1 numa 2\ndevices 4 numa 0\ndevice numa 1\nnic eth0 gbps 25\n",
+      "# comment only\n", "host a\ndevices 3\nlink 0 1 NODE 16\nlink 1 2 SYS\nhost b\ndevices 2\n"};
 }

@@ -4,11 +4,11 @@
 // from `-seed=S`. `--dump-seeds DIR` writes the seeds as files (a libFuzzer corpus).
 #include <sys/stat.h>
 
+#include <dirent.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -26,7 +26,7 @@ std::string readFile(const std::string& path) {
 }
 
 void addPath(const std::string& path, std::vector<std::string>* out) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) return;
   if (S_ISDIR(st.st_mode)) {
     if (DIR* d = opendir(path.c_str())) {

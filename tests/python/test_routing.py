@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from harness import free_port
+from harness import REPO, free_port
 
 TIMEOUT = 90
 
@@ -58,6 +58,25 @@ def test_xccl_name_routes_to_torch_xccl():
         print("ROUTED", torch_xccl.__version__, torch_xccl.xccl_version())
     """)
     assert "ROUTED 0.1.0" in out
+
+
+def test_one_version_everywhere():
+    """xccl.h is the one version source: the package, its metadata, the library it loads and
+    CMake's project version all say the same."""
+    import importlib.metadata
+    import re
+
+    import torch_xccl
+
+    header = open(os.path.join(REPO, "csrc", "collectives", "include", "xccl.h")).read()
+    parts = dict(re.findall(r"^#define XCCL_(MAJOR|MINOR|PATCH) (\d+)$", header, re.M))
+    want = f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
+    assert torch_xccl.__version__ == want
+    assert torch_xccl.xccl_version() == want
+    assert importlib.metadata.version("torch_xccl") == want
+    for path in ("CMakeLists.txt", "setup.py", "pyproject.toml", "torch_xccl/__init__.py"):
+        text = open(os.path.join(REPO, path)).read()
+        assert want not in text, f"{path} writes the version itself; read it from xccl.h"
 
 
 # These simulate torch's own XCCL before torch_xccl is imported, so the device-extension

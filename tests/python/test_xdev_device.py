@@ -5,7 +5,7 @@ import textwrap
 import pytest
 import torch
 
-from xdev_util import ROOT, fake_install, run_python
+from xdev_util import fake_install, run_python
 
 
 def test_privateuse1_is_named_xdev_and_module_registered():

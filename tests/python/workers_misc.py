@@ -1,7 +1,6 @@
 """Worker functions for the error, fault, DDP and ZeRO tests (run inside spawned ranks)."""
 from __future__ import annotations
 
-import copy
 import os
 import time
 

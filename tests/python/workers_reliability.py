@@ -2,7 +2,6 @@
 pattern, and random verified collectives (run inside spawned ranks)."""
 from __future__ import annotations
 
-import os
 import time
 
 import torch

@@ -17,8 +17,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -241,8 +241,9 @@ int main(int argc, char** argv) {
                             " started " + std::to_string(l.world) + " processes already)");
   }
   if (o.ngpus > 1 && (multiHost || o.nprocs > 1 || o.nthreads > 1)) {
-    die(xt::kExitUsage, "-g makes every rank of the run in this process: use it alone, "
-                        "without -t, -p or a launcher");
+    die(xt::kExitUsage,
+        "-g makes every rank of the run in this process: use it alone, "
+        "without -t, -p or a launcher");
   }
   int procs = multiHost ? l.world : o.nprocs;
   o.nprocs = procs;  // the header reports processes, however they were started

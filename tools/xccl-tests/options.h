@@ -41,7 +41,8 @@ struct Options {
   bool conformance = false;
   bool verbose = false;
   bool injectFault = false;
-  std::string device = "host";  // -D/--device: "host" (host memory), "xdev" or "cuda" (device memory, streams)
+  std::string device =
+      "host";  // -D/--device: "host" (host memory), "xdev" or "cuda" (device memory, streams)
   std::string launcher =
       "none";  // set by main(): which launcher environment was used  // self-test: corrupt each
                // result and a guard byte on the last rank

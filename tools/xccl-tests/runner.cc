@@ -21,9 +21,9 @@
 #include <memory>
 #include <stdexcept>
 
+#include "device_api.h"
 #include "oob.h"
 #include "report.h"
-#include "device_api.h"
 
 namespace xt {
 namespace {
@@ -63,7 +63,7 @@ class GuardedBuffer {
     bytes_ = bytes;
     for (size_t i = 0; i < kGuard; ++i) base_[kGuard + bytes_ + i] = pattern(kGuard + i);
   }
-  unsigned char* host() { return base_ + kGuard; }  // fill and check here
+  unsigned char* host() { return base_ + kGuard; }   // fill and check here
   unsigned char* device() { return dev_ + kGuard; }  // give the library this
   void upload() {
     if (base_ != dev_) api_.copyIn(dev_, base_, bytes_ + 2 * kGuard);
@@ -142,8 +142,8 @@ class RankRunner {
   OobClient oob_;
   xcclComm_t comm_ = nullptr;
   std::unique_ptr<DeviceApi> dev_;  // -D: where buffers live
-  void* stream_ = nullptr;  // -D xdev|cuda: every operation is ordered on this stream
-  bool streams_ = false;    // the device has streams
+  void* stream_ = nullptr;          // -D xdev|cuda: every operation is ordered on this stream
+  bool streams_ = false;            // the device has streams
   std::unique_ptr<GuardedBuffer> bufs_[2];  // kept for the run (see GuardedBuffer)
   GuardedBuffer& buffer(int i, size_t bytes);
   std::vector<std::string> rankLines_;
@@ -216,15 +216,15 @@ void RankRunner::announce(int device) {
   char line[512];
   std::snprintf(line, sizeof line, "Rank %3d Group %3d Pid %7d on %12s device %3d [%s]", s_.rank,
                 s_.group, static_cast<int>(getpid()), hostName().c_str(), device,
-                streams_ ? opt_.device.c_str()
+                streams_                ? opt_.device.c_str()
                 : getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE")
                                         : "host");
   rankLines_ = oob_.allgather(line);
 }
 
 // Buffer i, re-guarded for a case of `bytes` bytes. Grows when a case needs more. On a device
-// with streams it is sized up front for the largest layout any case can have (nranks x -e bytes), so it
-// never grows mid-run (see GuardedBuffer for why a free there could deadlock).
+// with streams it is sized up front for the largest layout any case can have (nranks x -e bytes),
+// so it never grows mid-run (see GuardedBuffer for why a free there could deadlock).
 GuardedBuffer& RankRunner::buffer(int i, size_t bytes) {
   if (!bufs_[i] || bufs_[i]->capacity() < bytes) {
     size_t most = opt_.maxBytes * (streams_ ? static_cast<size_t>(s_.nranks) : 1) + 4096;

@@ -13,8 +13,8 @@ namespace xt {
 struct RankSetup {
   int rank = 0;
   int nranks = 1;
-  int group = 0;    // process index (the "Group" of the header)
-  int device = -1;  // xcclConfig_t::device
+  int group = 0;              // process index (the "Group" of the header)
+  int device = -1;            // xcclConfig_t::device
   xcclComm_t comm = nullptr;  // -g: made already (xcclCommInitAllConfig); else the rank makes it
   std::string oobHost;
   int oobPort = 0;

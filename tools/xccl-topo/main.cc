@@ -49,8 +49,8 @@ std::vector<Place> placeRanks(const System& sys, int nranks, int perHost) {
     perHost = nranks / hosts;
   }
   if (static_cast<long>(perHost) * hosts < nranks) {
-    throw xccl::InvalidArgument(xccl::strCat(nranks, " ranks do not fit on ", hosts, " host(s) of ",
-                                             perHost, " rank(s)"));
+    throw xccl::InvalidArgument(
+        xccl::strCat(nranks, " ranks do not fit on ", hosts, " host(s) of ", perHost, " rank(s)"));
   }
   std::vector<Place> places;
   for (int r = 0; r < nranks; ++r) {
@@ -71,9 +71,9 @@ std::string algorithmTable(const Plan& plan) {
   os << "algorithm by size (float32, this libxccl's defaults and XCCL_* knobs):\n";
   os << "  size        allreduce     broadcast     allgather     reducescatter\n";
   for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{64} << 20}) {
-    std::string label = bytes < 1024 ? std::to_string(bytes) + " B"
+    std::string label = bytes < 1024        ? std::to_string(bytes) + " B"
                         : bytes < (1 << 20) ? std::to_string(bytes >> 10) + " KiB"
-                                           : std::to_string(bytes >> 20) + " MiB";
+                                            : std::to_string(bytes >> 20) + " MiB";
     os << "  " << label << std::string(12 - label.size(), ' ');
     for (xccl::CollType t : {xccl::CollType::kAllReduce, xccl::CollType::kBroadcast,
                              xccl::CollType::kAllGather, xccl::CollType::kReduceScatter}) {
@@ -83,7 +83,10 @@ std::string algorithmTable(const Plan& plan) {
       a.count = bytes / 4;
       if (t == xccl::CollType::kAllGather || t == xccl::CollType::kReduceScatter) a.count /= n;
       std::string name = n > 1 ? xccl::selectAlgorithm(a, ex).name : "local";
-      os << name << (t == xccl::CollType::kReduceScatter ? "" : std::string(name.size() < 14 ? 14 - name.size() : 1, ' '));
+      os << name
+         << (t == xccl::CollType::kReduceScatter
+                 ? ""
+                 : std::string(name.size() < 14 ? 14 - name.size() : 1, ' '));
     }
     os << "\n";
   }
@@ -117,7 +120,8 @@ int main(int argc, char** argv) {
   rings->add_option("--topo-file", topoFile, "a described system (default: this host)");
   rings->add_option("-n,--nranks", nranks, "ranks")->required()->check(CLI::Range(1, 1 << 16));
   rings->add_option("--ranks-per-host", perHost, "ranks per host (default: nranks / hosts)");
-  rings->add_option("--channels", channels, "rings to plan")->capture_default_str()
+  rings->add_option("--channels", channels, "rings to plan")
+      ->capture_default_str()
       ->check(CLI::Range(1, 64));
   auto* show = app.add_subcommand("show", "write an HTML page that draws the system");
   show->add_option("--html", html, "the page to write")->required();

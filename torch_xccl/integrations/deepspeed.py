@@ -293,4 +293,4 @@ def install(local_rank: int | None = None):
     return accel
 
 
-__all__ = ["install", "XdevAccelerator"]
+__all__ = ["install", "XdevAccelerator"]  # noqa: F822 (module __getattr__ makes it)

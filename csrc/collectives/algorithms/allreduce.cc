@@ -31,7 +31,6 @@
 namespace xccl {
 namespace algo {
 
-
 namespace {
 bool needsOwnSlot(int me, const void* mine, const void* dst) { return dst == mine && me != 0; }
 }  // namespace
@@ -108,9 +107,9 @@ struct Ring {
     const size_t first = blocks.first(b);
     forEachPiece(blocks.size(b), elemSize, sliceBytes, [&](size_t slice, size_t elems) {
       const size_t offset = (first + slice) * elemSize;
-      landed.push_back(reduce ? ex.recvReduce(prev, recvbuf + offset, sendbuf + offset, elems,
-                                              dtype, op)
-                              : ex.recv(prev, recvbuf + offset, elems * elemSize));
+      landed.push_back(
+          reduce ? ex.recvReduce(prev, recvbuf + offset, sendbuf + offset, elems, dtype, op)
+                 : ex.recv(prev, recvbuf + offset, elems * elemSize));
     });
     return landed;
   }

@@ -357,8 +357,8 @@ bool Exchange::progressRecv(int peer) {
     if (!peerReadLogged_[peer]) {
       peerReadLogged_[peer] = 1;
       XCCL_INFO(SHM, "rank ", rank_, " <- ", peer, ": single copy: reading rank ", peer,
-                "'s buffers in place (peer reads of messages of XCCL_PEER_READ_MIN=",
-                peerReadMin_, " bytes or more)");
+                "'s buffers in place (peer reads of messages of XCCL_PEER_READ_MIN=", peerReadMin_,
+                " bytes or more)");
     }
     return true;  // one piece per visit
   }
@@ -520,8 +520,9 @@ void Exchange::wait(const std::function<bool()>& more) {
       if (spinning && now - idleSince >= std::chrono::microseconds(spinUs_)) {
         // Spun out without progress: sleep on the doorbell (where every peer waited on
         // rings it), and spin less next time.
-        const int64_t untilCheck = std::chrono::duration_cast<std::chrono::microseconds>(
-                                       checkEvery - (now - lastCheck)).count();
+        const int64_t untilCheck =
+            std::chrono::duration_cast<std::chrono::microseconds>(checkEvery - (now - lastCheck))
+                .count();
         if (sleepOnDoorbell(std::max<int64_t>(untilCheck, 50))) {
           spinUs_ -= spinUs_ / 4 + (spinUs_ > 0);
           spinning = false;

@@ -41,9 +41,9 @@
 #include <string>
 #include <vector>
 
+#include "collectives/transport/shm/doorbell.h"
+#include "collectives/transport/transport.h"
 #include "common/clock.h"
-#include "../transport/shm/doorbell.h"
-#include "../transport/transport.h"
 #include "xccl.h"
 
 namespace xccl {
@@ -249,7 +249,7 @@ class Exchange {
   Deadline deadline_;
   std::vector<std::deque<MsgRef>> sends_, recvs_;
   MsgRef recvAny_;
-  std::vector<MsgRef> spare_;  // completed messages, for newMsg()
+  std::vector<MsgRef> spare_;     // completed messages, for newMsg()
   std::vector<Scratch> scratch_;  // free small temporaries, for takeScratch()
   static constexpr size_t kScratchMax = 1 << 20, kMaxScratchKept = 4;
   std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per-peer point-to-point message counters
@@ -267,7 +267,7 @@ class Exchange {
   size_t peerReadMin_;                     // XCCL_PEER_READ_MIN
   std::vector<uint64_t> peerReadsPosted_;  // per peer: peer-read messages sent so far
   std::vector<char> peerReadLogged_;       // per peer: its first peer read was logged
-  int64_t spinMaxUs_, spinUs_;  // the adaptive spin before sleeping (wait())
+  int64_t spinMaxUs_, spinUs_;             // the adaptive spin before sleeping (wait())
 };
 
 }  // namespace xccl

@@ -22,8 +22,9 @@ void Exchange::checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) 
   const OpSignature theirs = signatureOfHeader(h);
   if (p2p != m.p2p || h.seq != m.seq || (!p2p && theirs != m.sig)) {
     auto side = [](int r, const OpSignature& sig, bool isP2P, uint64_t seq) {
-      return strCat("rank ", r, " called ", describeCall(sig),
-                    isP2P ? strCat(" (point-to-point #", seq, ")") : strCat(" (collective #", seq, ")"));
+      return strCat(
+          "rank ", r, " called ", describeCall(sig),
+          isP2P ? strCat(" (point-to-point #", seq, ")") : strCat(" (collective #", seq, ")"));
     };
     throw RemoteError(strCat(
         "rank ", rank_, ": collective mismatch: ", side(rank_, m.sig, m.p2p, m.seq), ", ",
@@ -36,12 +37,12 @@ void Exchange::checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) 
   }
   if (p2p && theirs.dtype != m.sig.dtype) {
     throw RemoteError(strCat("rank ", rank_, ": point-to-point #", m.seq, " with rank ", peer,
-                             ": this rank called ", describeCall(m.sig), ", rank ", peer, " called ",
-                             describeCall(theirs), " (the dtypes differ)"));
+                             ": this rank called ", describeCall(m.sig), ", rank ", peer,
+                             " called ", describeCall(theirs), " (the dtypes differ)"));
   }
   if (h.bytes != m.bytes) {
-    throw RemoteError(strCat("rank ", rank_, ": size mismatch in ", describeCall(m.sig), " #", m.seq,
-                             ": expected ", m.bytes, " bytes from rank ", peer, ", it sent ",
+    throw RemoteError(strCat("rank ", rank_, ": size mismatch in ", describeCall(m.sig), " #",
+                             m.seq, ": expected ", m.bytes, " bytes from rank ", peer, ", it sent ",
                              h.bytes, " (", describeCall(theirs), ")"));
   }
 }
@@ -155,7 +156,8 @@ void Exchange::failPeerGone(int peer, const std::string& why, bool silent) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     reason = conns_[peer]->peerNote();
   }
-  if (!reason.empty()) throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", reason));
+  if (!reason.empty())
+    throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", reason));
   std::string what;
   if (!sends_[peer].empty()) {
     const PendingMsg& m = *sends_[peer].front();
@@ -197,10 +199,11 @@ void Exchange::failTimeout() {
   }
   if (recvAny_) what += " recv from any rank;";
   for (int p = 0; p < nranks_; ++p) {
-    if (mayHoldBytes_[p] && sends_[p].empty()) what += strCat(" bytes sent to rank ", p, " leaving;");
+    if (mayHoldBytes_[p] && sends_[p].empty())
+      what += strCat(" bytes sent to rank ", p, " leaving;");
   }
-  throw Timeout(strCat("rank ", rank_, ": ", collName(sig_.type), " #", collSeq_, " timed out after ",
-                       deadline_.budgetMs(), " ms; waiting for:", what));
+  throw Timeout(strCat("rank ", rank_, ": ", collName(sig_.type), " #", collSeq_,
+                       " timed out after ", deadline_.budgetMs(), " ms; waiting for:", what));
 }
 
 }  // namespace xccl

@@ -34,11 +34,11 @@ struct PendingMsg {
   uint64_t seq = 0;
   OpSignature sig;  // the call this message belongs to (per message for point-to-point)
   int* anyPeerOut = nullptr;
-  MsgRef after;            // sendForward: may send only what this receive has landed
-  bool forwarded = false;  // a sendForward reads this receive's dst again
-  int peerRead = -1;       // send: -1 undecided, 0 through the stream, 1 read by the peer
-  PeerRef ref{};           // send: its buffer, for the peer
-  uint64_t readSeq = 0;    // send: its number among this link's peer-read messages
+  MsgRef after;                   // sendForward: may send only what this receive has landed
+  bool forwarded = false;         // a sendForward reads this receive's dst again
+  int peerRead = -1;              // send: -1 undecided, 0 through the stream, 1 read by the peer
+  PeerRef ref{};                  // send: its buffer, for the peer
+  uint64_t readSeq = 0;           // send: its number among this link's peer-read messages
   const char* peerSrc = nullptr;  // receive: the sender's buffer, mapped here
   int* opLeft = nullptr;  // the count of its operation's unfinished messages (countMessagesIn)
 };

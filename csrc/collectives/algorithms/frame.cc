@@ -13,8 +13,7 @@ uint64_t headerCheck(const FrameHeader& h) {
   x ^= h.bytes * 0xc2b2ae3d27d4eb4fULL;
   x ^= h.count * 0x165667b19e3779f9ULL;
   x ^= (static_cast<uint64_t>(static_cast<uint32_t>(h.root)) << 32 |
-        static_cast<uint64_t>(static_cast<uint16_t>(h.dtype)) << 16 |
-        static_cast<uint16_t>(h.op)) *
+        static_cast<uint64_t>(static_cast<uint16_t>(h.dtype)) << 16 | static_cast<uint16_t>(h.op)) *
        0x27d4eb2f165667c5ULL;
   return x ^ (x >> 29);
 }
@@ -61,7 +60,8 @@ std::string describeCall(const OpSignature& sig) {
   s += knownType ? xcclTypeName(static_cast<xcclDataType_t>(sig.dtype))
                  : strCat("dtype ", sig.dtype);
   if (sig.type != CollType::kAllToAllv) s += strCat(", ", sig.count);
-  if (sig.op >= 0 && sig.op < xcclNumOps) s += strCat(", ", xcclOpName(static_cast<xcclRedOp_t>(sig.op)));
+  if (sig.op >= 0 && sig.op < xcclNumOps)
+    s += strCat(", ", xcclOpName(static_cast<xcclRedOp_t>(sig.op)));
   if (sig.op >= xcclNumOps) s += strCat(", op ", sig.op);
   if (sig.root >= 0) s += strCat(", root ", sig.root);
   return s + ")";

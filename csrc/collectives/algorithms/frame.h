@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../transport/transport.h"
+#include "collectives/transport/transport.h"
 #include "exchange.h"
 
 namespace xccl {
@@ -23,7 +23,7 @@ namespace xccl {
 constexpr uint32_t kFrameMagic = 0x58434c32;  // "XCL2": the 64-byte header with the caller's call
 constexpr size_t kFrameAlign = 64;
 constexpr uint16_t kFlagP2P = 1;
-constexpr uint16_t kFlagAbort = 2;      // payload: the sender's error text
+constexpr uint16_t kFlagAbort = 2;  // payload: the sender's error text
 // A peer-read frame: the header (bytes = the message's) is followed by a 64-byte PeerRef
 // (device.h) in the byte stream instead of the payload; the receiver reads the payload from
 // the sender's buffer in place and bumps Connection::peerReadDone(). No pad.

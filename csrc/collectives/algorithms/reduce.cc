@@ -28,7 +28,9 @@ void chainRun(Exchange& ex, const CollArgs& args) {
   const int link = mod(ex.ringPos(ex.rank()) - ex.ringPos(args.root), n);
   const size_t elemSize = dtypeSize(args.dtype);
   // Calls fn(first element, elements) for every chunk.
-  auto eachChunk = [&](auto&& fn) { forEachPiece(args.count, elemSize, ex.tuning().chainChunk, fn); };
+  auto eachChunk = [&](auto&& fn) {
+    forEachPiece(args.count, elemSize, ex.tuning().chainChunk, fn);
+  };
   if (link == n - 1) {
     eachChunk([&](size_t first, size_t elems) {
       ex.send(ex.ringPrev(), at(args.sendbuf, first * elemSize), elems * elemSize);

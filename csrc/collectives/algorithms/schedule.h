@@ -77,8 +77,7 @@ inline size_t pieceBytesKnob(int64_t value) {
 // (XCCL_DIRECT_TEMP_MAX); the direct algorithms decline (and the selector falls back) when
 // it would not.
 inline bool directTempFits(const Exchange& ex, size_t bytes, int nranks) {
-  return bytes * static_cast<size_t>(nranks) <=
-         static_cast<size_t>(ex.tuning().directTempMax);
+  return bytes * static_cast<size_t>(nranks) <= static_cast<size_t>(ex.tuning().directTempMax);
 }
 
 // (a mod n) for possibly negative a.

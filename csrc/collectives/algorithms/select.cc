@@ -24,9 +24,9 @@
 //   barrier: dissemination
 //
 //   Across hosts (topology/plan.h) allreduce prefers, when every host holds the same number
-//   (>= 2) of ranks, "hierarchical" from XCCL_HIERARCHICAL_MIN bytes on (the network carries 2(H-1)/H of the
-//   buffer per host instead of 2(n-1)/n), and "twolevel" for small ones once there are
-//   XCCL_TWOLEVEL_MIN_HOSTS hosts or more (a leader per host: 2 network messages per host
+//   (>= 2) of ranks, "hierarchical" from XCCL_HIERARCHICAL_MIN bytes on (the network carries
+//   2(H-1)/H of the buffer per host instead of 2(n-1)/n), and "twolevel" for small ones once there
+//   are XCCL_TWOLEVEL_MIN_HOSTS hosts or more (a leader per host: 2 network messages per host
 //   instead of n-1 per rank). Each choice is explained once per communicator at
 //   XCCL_DEBUG=INFO (subsystem COLL).
 #include <algorithm>

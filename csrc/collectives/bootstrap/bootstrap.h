@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "collectives/transport/shm/doorbell.h"
+#include "collectives/transport/transport.h"
 #include "common/clock.h"
-#include "../transport/shm/doorbell.h"
-#include "../transport/transport.h"
 #include "xccl.h"
 
 namespace xccl {
@@ -86,8 +86,8 @@ struct PeerSetup {
 // stops the wait. Logs one "rank a -> b via SHM|TCP" line per connection (INFO, INIT).
 // `hostTopology` is published as PeerInfo::topology.
 PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
-                       Device& device, const Deadline& deadline,
-                       const std::atomic<bool>& abortFlag, const std::string& hostTopology = "");
+                       Device& device, const Deadline& deadline, const std::atomic<bool>& abortFlag,
+                       const std::string& hostTopology = "");
 
 // 32 random bytes, hex encoded, from the OS entropy source.
 std::string randomSecret();

@@ -15,12 +15,12 @@
 #include <set>
 #include <thread>
 
+#include "bootstrap_internal.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/sha256.h"
 #include "common/wait_notice.h"
-#include "bootstrap_internal.h"
 
 namespace xccl {
 

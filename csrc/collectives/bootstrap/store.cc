@@ -10,11 +10,11 @@
 #include <map>
 #include <mutex>
 
+#include "bootstrap_internal.h"
+#include "collectives/transport/tcp/socket.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
-#include "../transport/tcp/socket.h"
-#include "bootstrap_internal.h"
 
 namespace xccl {
 
@@ -80,8 +80,11 @@ class CallbackStore : public Store {
         throw Timeout(strCat("store get '", k, "' timed out after ", deadline.budgetMs(), " ms"));
       }
       if (rc != 0) {
-        throw IoError(strCat("store get '", k, "' failed: the store is unreachable (callback "
-                             "returned ", rc, "; has the process that hosts it, usually rank 0, "
+        throw IoError(strCat("store get '", k,
+                             "' failed: the store is unreachable (callback "
+                             "returned ",
+                             rc,
+                             "; has the process that hosts it, usually rank 0, "
                              "exited?)"));
       }
       if (len > kMaxStoreValue) {

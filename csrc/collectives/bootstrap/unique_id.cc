@@ -32,12 +32,12 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap_internal.h"
+#include "collectives/transport/tcp/socket.h"
 #include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
-#include "../transport/tcp/socket.h"
-#include "bootstrap_internal.h"
 
 namespace xccl {
 
@@ -411,7 +411,8 @@ std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadli
   const std::string theirs = answer.substr(0, auth::kNonceBytes);
   if (!auth::sameProof(answer.substr(auth::kNonceBytes),
                        auth::proof(secret, "store-server", mine, theirs, "xccl-store"))) {
-    throw RemoteError(strCat(ctx.what, " does not know this unique id's secret (another job's "
+    throw RemoteError(strCat(ctx.what,
+                             " does not know this unique id's secret (another job's "
                              "store on that address?)"));
   }
   const std::string proof = auth::proof(secret, "store-client", theirs, mine, "xccl-store");

@@ -8,14 +8,15 @@
 #include <thread>
 #include <vector>
 
-#include "../algorithms/algorithm.h"
-#include "../bootstrap/bootstrap.h"
-#include "../bootstrap/bootstrap_internal.h"
-#include "../transport/tcp/socket.h"
+#include "collectives/algorithms/algorithm.h"
+#include "collectives/bootstrap/bootstrap.h"
+#include "collectives/bootstrap/bootstrap_internal.h"
+#include "collectives/transport/tcp/socket.h"
+#include "comm.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "comm.h"
 #include "device/device.h"
+#include "result.h"
 #include "xccl.h"
 
 struct xcclComm {
@@ -36,8 +37,8 @@ xcclResult_t guarded(const char* what, Fn&& fn) {
     return xcclSuccess;
   } catch (const Error& e) {
     tlsLastError = strCat(what, ": ", e.what());
-    if (e.code() != xcclInvalidArgument) XCCL_WARN(INIT, tlsLastError);
-    return e.code();
+    if (e.kind() != ErrorKind::kInvalidArgument) XCCL_WARN(INIT, tlsLastError);
+    return toResult(e.kind());
   } catch (const std::bad_alloc&) {
     tlsLastError = strCat(what, ": out of memory");
     return xcclSystemError;
@@ -87,7 +88,7 @@ void enqueueOrRun(Comm& comm, OpEntry op) {
   }
   const uint64_t id = comm.runOnCaller(std::move(op));
   const xcclResult_t r = comm.query(id);
-  if (r != xcclSuccess) throw Error(r, comm.lastError());
+  if (r != xcclSuccess) throw Error(toKind(r), comm.lastError());
 }
 
 void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
@@ -278,8 +279,8 @@ xcclResult_t xcclCommInitAllConfig(xcclComm_t* comms, int ndev, const int* devli
     XCCL_CHECK_ARG(ndev > 0, "ndev ", ndev, " must be positive");
     for (int i = 0; devlist != nullptr && i < ndev; ++i) {
       for (int j = 0; j < i; ++j) {
-        XCCL_CHECK_ARG(devlist[i] >= 0 && devlist[i] != devlist[j], "devlist[", i, "] = ",
-                       devlist[i], ": devices must be distinct and non-negative");
+        XCCL_CHECK_ARG(devlist[i] >= 0 && devlist[i] != devlist[j], "devlist[", i,
+                       "] = ", devlist[i], ": devices must be distinct and non-negative");
       }
     }
     const xcclConfig_t base = config != nullptr ? *config : xcclConfig_t{};
@@ -311,8 +312,8 @@ xcclResult_t xcclCommInitAllConfig(xcclComm_t* comms, int ndev, const int* devli
       for (xcclComm_t c : made) {
         if (c != nullptr) xcclCommAbort(c);
       }
-      throw InvalidUsage(strCat("rank ", i, " (device ", devlist ? devlist[i] : i,
-                                "): ", errors[i]));
+      throw InvalidUsage(
+          strCat("rank ", i, " (device ", devlist ? devlist[i] : i, "): ", errors[i]));
     }
     std::copy(made.begin(), made.end(), comms);
   });
@@ -619,7 +620,8 @@ xcclResult_t xcclGroupEnd(void) {
       }
       XCCL_CHECK_ARG(it->second.stream == g.stream, "xcclGroupEnd: rank ", g.comm->rank(),
                      ": the operations of a group on one communicator must use one stream");
-      (isPointToPoint(g.args.type) ? it->second.p2p : it->second.colls).push_back(std::move(g.args));
+      (isPointToPoint(g.args.type) ? it->second.p2p : it->second.colls)
+          .push_back(std::move(g.args));
     }
     for (auto& [comm, op] : perComm) checkSelfP2P(*comm, op.p2p);
     // Running one communicator's part of a group to its end before the next one is posted

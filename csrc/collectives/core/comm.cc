@@ -1,12 +1,13 @@
 #include "comm.h"
+#include "result.h"
 
 #include <chrono>
 #include <cstdlib>
 
-#include "../algorithms/algorithm.h"
-#include "../topology/detect.h"
-#include "../topology/render.h"
-#include "../topology/topo_file.h"
+#include "collectives/algorithms/algorithm.h"
+#include "collectives/topology/detect.h"
+#include "collectives/topology/render.h"
+#include "collectives/topology/topo_file.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -41,7 +42,7 @@ const char* deviceKind(xcclDeviceType_t type) {
     default:
       break;
   }
-  throw Error(xcclInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
+  throw Error(ErrorKind::kInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
 }
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
@@ -76,7 +77,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   // Each host's description as its lowest rank published it: the same on every rank.
   std::vector<int> hostOf = hostIndexOf(hostIds);
   for (int r = 0; r < nranks; ++r) {
-    if (hostOf[r] == static_cast<int>(hostTexts.size())) hostTexts.push_back(peers_.peers[r].topology);
+    if (hostOf[r] == static_cast<int>(hostTexts.size()))
+      hostTexts.push_back(peers_.peers[r].topology);
   }
   topo_ = buildCommTopology(hostIds, ordinals, hostTexts, topoFile);
   std::vector<Connection*> conns;
@@ -91,19 +93,19 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   for (const auto& c : peers_.connections) {
     if (c) (std::string(c->kind()) == "SHM" ? shm : tcp)++;
   }
-  XCCL_INFO(INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks,
-            " ready on ", peers_.peers[rank].hostname, " device ", device_->busId(),
-            " listening on ", peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm,
-            " peer(s) via SHM, ", tcp, " via TCP; ", topo_.plan.hosts.size(),
-            " host(s), topology ", topo_.source, ", ring",
-            [&] {
-              std::string s;
-              for (int r : topo_.plan.ring()) s += " " + std::to_string(r);
-              return s;
-            }(),
-            getenv("XCCL_ALGO") && *getenv("XCCL_ALGO")
-                ? strCat("; XCCL_ALGO=", getenv("XCCL_ALGO"))
-                : std::string("; algorithms chosen by size (docs/ALGORITHMS.md)"));
+  XCCL_INFO(
+      INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks, " ready on ",
+      peers_.peers[rank].hostname, " device ", device_->busId(), " listening on ",
+      peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm, " peer(s) via SHM, ", tcp, " via TCP; ",
+      topo_.plan.hosts.size(), " host(s), topology ", topo_.source, ", ring",
+      [&] {
+        std::string s;
+        for (int r : topo_.plan.ring()) s += " " + std::to_string(r);
+        return s;
+      }(),
+      getenv("XCCL_ALGO") && *getenv("XCCL_ALGO")
+          ? strCat("; XCCL_ALGO=", getenv("XCCL_ALGO"))
+          : std::string("; algorithms chosen by size (docs/ALGORITHMS.md)"));
   if (rank == 0 && logEnabled(LogLevel::kInfo, TOPO)) XCCL_INFO(TOPO, "\n", describe());
   worker_ = std::thread([this] { progressLoop(); });
 }
@@ -131,7 +133,7 @@ std::string Comm::describe() const {
 
 uint64_t Comm::enqueue(OpEntry op) {
   xcclResult_t err = asyncError_.load();
-  if (err != xcclSuccess) throw Error(err, lastError());
+  if (err != xcclSuccess) throw Error(toKind(err), lastError());
   const xcclStream_t stream = op.stream;
   op.streamToken = device_->streamCapture(stream);
   // Work the caller queues on the stream after this operation waits for it: the progress
@@ -251,7 +253,7 @@ uint64_t Comm::runOnCaller(OpEntry op) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     xcclResult_t err = asyncError_.load();
-    if (err != xcclSuccess) throw Error(err, errorMsg_);
+    if (err != xcclSuccess) throw Error(toKind(err), errorMsg_);
     op.id = id = enqueued_.load() + 1;
     queue_.push_back(std::move(op));
     enqueued_.store(id);
@@ -279,7 +281,7 @@ void Comm::guarded(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    fail(e.code(), e.what());
+    fail(toResult(e.kind()), e.what());
   } catch (const std::exception& e) {
     fail(xcclInternalError, strCat("rank ", rank_, ": internal error: ", e.what()));
   }
@@ -468,8 +470,7 @@ void Comm::postP2POp(const OpEntry& op) {
   }
   for (size_t i = 0; i < selfSends.size(); ++i) {
     device_->copy(selfRecvs[i]->recvbuf, selfSends[i]->sendbuf,
-                  selfSends[i]->count * dtypeSize(selfSends[i]->dtype),
-                  CopyKind::kDeviceToDevice);
+                  selfSends[i]->count * dtypeSize(selfSends[i]->dtype), CopyKind::kDeviceToDevice);
   }
 }
 

@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "../algorithms/exchange.h"
-#include "../bootstrap/bootstrap.h"
-#include "../topology/topology.h"
+#include "collectives/algorithms/exchange.h"
+#include "collectives/bootstrap/bootstrap.h"
+#include "collectives/topology/topology.h"
 #include "heartbeat.h"
 #include "xccl.h"
 
@@ -44,9 +44,9 @@ struct OpEntry {
   std::vector<CollArgs> colls;
   std::vector<CollArgs> p2p;
   xcclStream_t stream = nullptr;  // the caller's stream (device communicators)
-  void* streamToken = nullptr;  // the stream's work before the op (Device::streamCapture)
-  void* holdToken = nullptr;    // the stream's work after it waits on this (streamHold)
-  bool onCaller = false;        // XCCL_STREAM_CALLER: its caller runs it (runOnCaller)
+  void* streamToken = nullptr;    // the stream's work before the op (Device::streamCapture)
+  void* holdToken = nullptr;      // the stream's work after it waits on this (streamHold)
+  bool onCaller = false;          // XCCL_STREAM_CALLER: its caller runs it (runOnCaller)
 };
 
 // The device kind getDevice() takes for a configured device type ("" = XCCL_DEVICE).
@@ -121,7 +121,7 @@ class Comm {
   std::deque<OpEntry> queue_;
   std::atomic<bool> stop_{false};
   bool workerSleeping_ = false;
-  bool running_ = false;  // an op is executing (on the progress thread or a caller's)
+  bool running_ = false;             // an op is executing (on the progress thread or a caller's)
   std::atomic<bool> p2pRun_{false};  // executeP2P is taking later ops: enqueue rings the bell
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
   std::atomic<uint64_t> failedFrom_{UINT64_MAX};  // first op id that failed

@@ -70,8 +70,9 @@ void Heartbeat::visit(Clock::time_point now) {
       if (quiet < timeoutMs_ || silent_[p]) continue;
       silent_[p] = true;
       const std::string why =
-          strCat("sent no heartbeat and moved no data for ", quiet, " ms (XCCL_HEARTBEAT_TIMEOUT_MS=",
-                 timeoutMs_, ")", note.empty() ? std::string() : strCat(": ", note),
+          strCat("sent no heartbeat and moved no data for ", quiet,
+                 " ms (XCCL_HEARTBEAT_TIMEOUT_MS=", timeoutMs_, ")",
+                 note.empty() ? std::string() : strCat(": ", note),
                  note.empty() ? "; stopped, hung, or the link to it is cut" : "");
       XCCL_WARN(NET, "rank ", rank_, ": rank ", p, " (", c->kind(), ") ", why);
       c->setSilence(why);

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/transport/transport.h"
 #include "common/clock.h"
-#include "../transport/transport.h"
 
 namespace xccl {
 

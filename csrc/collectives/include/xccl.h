@@ -131,9 +131,9 @@ typedef enum {
 
 /* Optional settings for communicator creation; zero-initialise, then set. */
 typedef struct {
-  int64_t timeout_ms; /* per-operation deadline; 0 = XCCL_TIMEOUT_MS (default 30 min) */
-  int device;         /* device ordinal the buffers live on; -1 = current/default */
-  const char* name;   /* tag used in logs (e.g. the process-group name); may be NULL */
+  int64_t timeout_ms;          /* per-operation deadline; 0 = XCCL_TIMEOUT_MS (default 30 min) */
+  int device;                  /* device ordinal the buffers live on; -1 = current/default */
+  const char* name;            /* tag used in logs (e.g. the process-group name); may be NULL */
   xcclDeviceType_t deviceType; /* xcclDeviceDefault when zero-initialised */
 } xcclConfig_t;
 

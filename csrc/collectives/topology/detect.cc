@@ -6,9 +6,9 @@
 #include <cctype>
 #include <fstream>
 
+#include "collectives/transport/tcp/socket.h"
 #include "common/error.h"
 #include "device/device.h"
-#include "../transport/tcp/socket.h"
 
 namespace xccl {
 namespace topo {
@@ -20,7 +20,8 @@ int numaNodeCount() {
   if (DIR* d = ::opendir("/sys/devices/system/node")) {
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
-      if (n.size() > 4 && n.compare(0, 4, "node") == 0 && std::isdigit(static_cast<unsigned char>(n[4]))) {
+      if (n.size() > 4 && n.compare(0, 4, "node") == 0 &&
+          std::isdigit(static_cast<unsigned char>(n[4]))) {
         ++count;
       }
     }

@@ -31,14 +31,14 @@ struct Place {
 };
 
 struct Plan {
-  std::vector<int> hostOf;                // rank -> plan host (0 = the host of rank 0)
-  std::vector<std::vector<int>> hosts;    // plan host -> its ranks, in ring order
-  std::vector<int> systemHost;            // plan host -> index in System::hosts
-  std::vector<std::vector<int>> rings;    // channels; each a permutation of the ranks
-  int networkHops = 0;                    // per ring: edges whose ends are on two hosts
-  double bottleneckGBs = 0;               // the slowest edge of ring 0
+  std::vector<int> hostOf;              // rank -> plan host (0 = the host of rank 0)
+  std::vector<std::vector<int>> hosts;  // plan host -> its ranks, in ring order
+  std::vector<int> systemHost;          // plan host -> index in System::hosts
+  std::vector<std::vector<int>> rings;  // channels; each a permutation of the ranks
+  int networkHops = 0;                  // per ring: edges whose ends are on two hosts
+  double bottleneckGBs = 0;             // the slowest edge of ring 0
   LinkKind bottleneckKind = LinkKind::kSelf;
-  bool uniformHosts = true;               // every host holds as many ranks as the others
+  bool uniformHosts = true;  // every host holds as many ranks as the others
 
   int nranks() const { return static_cast<int>(hostOf.size()); }
   const std::vector<int>& ring() const { return rings.front(); }

@@ -73,9 +73,11 @@ std::string hostMatrix(const System& sys, int host) {
   };
   for (size_t i = 0; i < names.size(); ++i) {
     os << pad(names[i], w);
-    for (size_t j = 0; j < names.size(); ++j) os << pad(kindOf(static_cast<int>(i), static_cast<int>(j)), w);
+    for (size_t j = 0; j < names.size(); ++j)
+      os << pad(kindOf(static_cast<int>(i), static_cast<int>(j)), w);
     const int nd = static_cast<int>(h.devices.size());
-    os << (static_cast<int>(i) < nd ? sys.devices[h.devices[i]].numa : sys.nics[h.nics[i - nd]].numa)
+    os << (static_cast<int>(i) < nd ? sys.devices[h.devices[i]].numa
+                                    : sys.nics[h.nics[i - nd]].numa)
        << "\n";
   }
   std::map<std::string, double> speeds;
@@ -113,8 +115,8 @@ std::string rankMatrix(const System& sys, const std::vector<Place>& places, cons
        << deviceName(sys, places[r]) << "\n";
   }
   os << "ring: " << ringText(plan.ring(), plan) << "  (" << plan.hosts.size() << " host(s), "
-     << plan.networkHops << " network hop(s), slowest link "
-     << linkKindName(plan.bottleneckKind) << " " << gbsText(plan.bottleneckGBs) << ")\n";
+     << plan.networkHops << " network hop(s), slowest link " << linkKindName(plan.bottleneckKind)
+     << " " << gbsText(plan.bottleneckGBs) << ")\n";
   return os.str();
 }
 
@@ -129,9 +131,10 @@ std::string planText(const System& sys, const std::vector<Place>& places, const 
   for (size_t c = 0; c < plan.rings.size(); ++c) {
     os << "ring " << c << ": " << ringText(plan.rings[c], plan) << "\n";
   }
-  os << "network hops per ring: " << plan.networkHops << " (minimum " 
-     << (plan.hosts.size() > 1 ? plan.hosts.size() : 0) << "); slowest link on the ring: "
-     << linkKindName(plan.bottleneckKind) << " " << gbsText(plan.bottleneckGBs) << "\n";
+  os << "network hops per ring: " << plan.networkHops << " (minimum "
+     << (plan.hosts.size() > 1 ? plan.hosts.size() : 0)
+     << "); slowest link on the ring: " << linkKindName(plan.bottleneckKind) << " "
+     << gbsText(plan.bottleneckGBs) << "\n";
   if (plan.hosts.size() > 1) {
     os << "hierarchy: " << plan.hosts.size() << " host(s) of";
     for (const auto& h : plan.hosts) os << " " << h.size();
@@ -161,13 +164,20 @@ namespace {
 
 const char* kindColor(LinkKind k) {
   switch (k) {
-    case LinkKind::kXl: return "#1a9850";
-    case LinkKind::kPix: return "#4575b4";
-    case LinkKind::kPxb: return "#74add1";
-    case LinkKind::kPhb: return "#fdae61";
-    case LinkKind::kNode: return "#f46d43";
-    case LinkKind::kSys: return "#d73027";
-    default: return "#888888";
+    case LinkKind::kXl:
+      return "#1a9850";
+    case LinkKind::kPix:
+      return "#4575b4";
+    case LinkKind::kPxb:
+      return "#74add1";
+    case LinkKind::kPhb:
+      return "#fdae61";
+    case LinkKind::kNode:
+      return "#f46d43";
+    case LinkKind::kSys:
+      return "#d73027";
+    default:
+      return "#888888";
   }
 }
 
@@ -175,11 +185,20 @@ std::string esc(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -213,7 +232,8 @@ std::string htmlPage(const System& sys, const std::vector<Place>* places, const 
     for (size_t i = 0; i < nd; ++i) {
       for (size_t j = i + 1; j < nd; ++j) {
         Path p = sys.path(host.devices[i], host.devices[j]);
-        if (p.kind == LinkKind::kPhb || p.kind == LinkKind::kSys) continue;  // the fabric, not drawn
+        if (p.kind == LinkKind::kPhb || p.kind == LinkKind::kSys)
+          continue;  // the fabric, not drawn
         auto [xa, ya] = pos[host.devices[i]];
         auto [xb, yb] = pos[host.devices[j]];
         svg << "<line x1='" << xa << "' y1='" << ya << "' x2='" << xb << "' y2='" << yb
@@ -268,20 +288,20 @@ std::string htmlPage(const System& sys, const std::vector<Place>* places, const 
        << "</head><body>\n<h2>xccl topology: " << sys.hosts.size() << " host(s), "
        << sys.devices.size() << " " << esc(sys.deviceType) << " device(s)</h2>\n<p>";
   for (LinkKind k : {LinkKind::kXl, LinkKind::kPix, LinkKind::kPxb, LinkKind::kNode}) {
-    page << "<span class='k' style='background:" << kindColor(k) << "'></span>"
-         << linkKindName(k);
+    page << "<span class='k' style='background:" << kindColor(k) << "'></span>" << linkKindName(k);
   }
   page << " (PHB and SYS pairs are the host fabric, not drawn; hover a line for its speed)";
   if (plan != nullptr) page << "; dashed arrows: ring 0";
-  page << "</p>\n<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='"
-       << height << "'>\n<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' "
+  page << "</p>\n<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
+       << "'>\n<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' "
        << "markerWidth='6' markerHeight='6' orient='auto'><path d='M0,0 L10,5 L0,10 z' "
        << "fill='#6a3d9a'/></marker></defs>\n"
        << svg.str() << "</svg>\n";
   for (size_t h = 0; h < sys.hosts.size(); ++h) {
     page << "<pre>" << esc(hostMatrix(sys, static_cast<int>(h))) << "</pre>\n";
   }
-  if (plan != nullptr && places != nullptr) page << "<pre>" << esc(planText(sys, *places, *plan)) << "</pre>\n";
+  if (plan != nullptr && places != nullptr)
+    page << "<pre>" << esc(planText(sys, *places, *plan)) << "</pre>\n";
   page << "</body></html>\n";
   return page.str();
 }

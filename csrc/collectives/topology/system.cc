@@ -16,9 +16,9 @@ struct KindInfo {
   double gbs;  // a typical figure of the class, used when a file or the runtime says no more
 };
 const KindInfo kKinds[] = {
-    {LinkKind::kSelf, "X", 0},     {LinkKind::kXl, "XL", 100},   {LinkKind::kPix, "PIX", 24},
-    {LinkKind::kPxb, "PXB", 22},   {LinkKind::kPhb, "PHB", 20},  {LinkKind::kNode, "NODE", 16},
-    {LinkKind::kSys, "SYS", 10},   {LinkKind::kNet, "NET", 12.5},
+    {LinkKind::kSelf, "X", 0},   {LinkKind::kXl, "XL", 100},    {LinkKind::kPix, "PIX", 24},
+    {LinkKind::kPxb, "PXB", 22}, {LinkKind::kPhb, "PHB", 20},   {LinkKind::kNode, "NODE", 16},
+    {LinkKind::kSys, "SYS", 10}, {LinkKind::kNet, "NET", 12.5},
 };
 }  // namespace
 
@@ -73,7 +73,8 @@ void System::addNic(int host, const std::string& name, int numa, double gbps) {
 void System::addLink(int a, int b, LinkKind kind, double gbs) {
   const int n = static_cast<int>(devices.size());
   XCCL_CHECK_ARG(a >= 0 && a < n && b >= 0 && b < n && a != b, "topology: bad link ", a, "-", b);
-  XCCL_CHECK_ARG(devices[a].host == devices[b].host, "topology: a link joins devices of one host "
+  XCCL_CHECK_ARG(devices[a].host == devices[b].host,
+                 "topology: a link joins devices of one host "
                  "(hosts differ: use NICs between hosts)");
   XCCL_CHECK_ARG(gbs > 0, "topology: link ", a, "-", b, " needs a positive bandwidth");
   for (Link& l : links) {

@@ -22,8 +22,7 @@ namespace {
 
 // Appends host 0 of `one` (devices, NICs, links) to `sys`; returns its index.
 int appendHost(topo::System& sys, const topo::System& one) {
-  XCCL_CHECK_ARG(one.hosts.size() == 1, "a host's description holds ", one.hosts.size(),
-                 " hosts");
+  XCCL_CHECK_ARG(one.hosts.size() == 1, "a host's description holds ", one.hosts.size(), " hosts");
   const topo::Host& h = one.hosts[0];
   const int host = sys.addHost(h.name, h.numaNodes);
   const int base = static_cast<int>(sys.devices.size());
@@ -48,12 +47,12 @@ CommTopology buildCommTopology(const std::vector<std::string>& hostIds,
     t.system = topo::loadSystemFile(topoFile);
     t.source = "XCCL_TOPO_FILE=" + topoFile;
     XCCL_CHECK_ARG(static_cast<int>(t.system.hosts.size()) >= nhosts, "XCCL_TOPO_FILE=", topoFile,
-                   " describes ", t.system.hosts.size(), " host(s), the communicator has ",
-                   nhosts);
+                   " describes ", t.system.hosts.size(), " host(s), the communicator has ", nhosts);
   } else if (detected) {
     t.system = topo::System();
     for (int h = 0; h < nhosts; ++h) {
-      topo::System one = topo::parseSystem(hostTexts[h], "host " + std::to_string(h) + "'s topology");
+      topo::System one =
+          topo::parseSystem(hostTexts[h], "host " + std::to_string(h) + "'s topology");
       t.system.deviceType = one.deviceType;
       appendHost(t.system, one);
     }
@@ -67,10 +66,9 @@ CommTopology buildCommTopology(const std::vector<std::string>& hostIds,
     const int ordinal = r < deviceOrdinals.size() ? deviceOrdinals[r] : -1;
     if (ordinal >= 0 && !t.system.devices.empty()) {
       p.device = t.system.deviceAt(p.host, ordinal);
-      XCCL_CHECK_ARG(p.device >= 0 || t.source != "XCCL_TOPO_FILE=" + topoFile, t.source,
-                     ": host ", t.system.hosts[p.host].name, " has ",
-                     t.system.hosts[p.host].devices.size(), " device(s), rank ", r,
-                     " runs on device ", ordinal);
+      XCCL_CHECK_ARG(p.device >= 0 || t.source != "XCCL_TOPO_FILE=" + topoFile, t.source, ": host ",
+                     t.system.hosts[p.host].name, " has ", t.system.hosts[p.host].devices.size(),
+                     " device(s), rank ", r, " runs on device ", ordinal);
     }
     t.places.push_back(p);
   }

@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "../bootstrap/bootstrap_internal.h"
+#include "collectives/bootstrap/bootstrap_internal.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -37,9 +37,9 @@ constexpr int64_t kStoreSliceMs = 250;
 
 std::string storeGet(Store& store, const std::string& key, int rank, const Deadline& deadline,
                      const std::atomic<bool>& abortFlag) {
-  WaitNotice notice(strCat("key '", key, "' in the store (rank ", rank,
-                           "; is the rank that writes it running?)"),
-                    BOOT);
+  WaitNotice notice(
+      strCat("key '", key, "' in the store (rank ", rank, "; is the rank that writes it running?)"),
+      BOOT);
   for (;;) {
     if (abortFlag.load())
       throw InvalidUsage(strCat("rank ", rank, ": aborted waiting for '", key, "' in the store"));
@@ -66,8 +66,8 @@ std::string hostName() {
 }  // namespace
 
 PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
-                       Device& device, const Deadline& deadline,
-                       const std::atomic<bool>& abortFlag, const std::string& hostTopology) {
+                       Device& device, const Deadline& deadline, const std::atomic<bool>& abortFlag,
+                       const std::string& hostTopology) {
   XCCL_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "bad rank ", rank, " of ", nranks);
   XCCL_CHECK_ARG(!secret.empty(), "empty communicator secret");
   const bool noShm = xcclParamShmDisable() != 0;
@@ -156,7 +156,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   // through /proc/<our pid>/fd, so we must not return (and perhaps destroy the communicator,
   // closing them) before it has.
   store.set(strCat(kDoneKeyPrefix, rank), std::to_string(nranks));
-  for (auto& [p, ring] : rings) storeGet(store, strCat(kDoneKeyPrefix, p), rank, deadline, abortFlag);
+  for (auto& [p, ring] : rings)
+    storeGet(store, strCat(kDoneKeyPrefix, p), rank, deadline, abortFlag);
   return setup;
 }
 

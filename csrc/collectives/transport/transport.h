@@ -42,7 +42,9 @@ class Connection {
   // the engine reaches through the Device only, and the lane stays 64-byte aligned because
   // every payload is padded there. Both ends see the same split for each direction.
   virtual bool payloadLane() const { return false; }
-  virtual size_t reserveSendPayload(void** window, size_t want) { return reserveSend(window, want); }
+  virtual size_t reserveSendPayload(void** window, size_t want) {
+    return reserveSend(window, want);
+  }
   virtual void commitSendPayload(size_t bytes) { commitSend(bytes); }
   virtual size_t peekRecvPayload(const void** window) { return peekRecv(window); }
   virtual void consumeRecvPayload(size_t bytes) { consumeRecv(bytes); }

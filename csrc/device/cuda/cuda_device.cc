@@ -31,8 +31,8 @@ namespace {
 
 [[noreturn]] void fail(cudaError_t e, const char* what) {
   cudaGetLastError();  // clear a sticky launch error so the next call reports its own
-  throw Error(xcclUnhandledError, strCat("CUDA ", what, ": ", cudaGetErrorName(e), " (",
-                                         cudaGetErrorString(e), ")"));
+  throw Error(ErrorKind::kUnhandled,
+              strCat("CUDA ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 void check(cudaError_t e, const char* what) {
@@ -91,8 +91,9 @@ class Timed {
   }
   ~Timed() {
     if (!s_) return;
-    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now() - t0_).count();
+    auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+            .count();
     s_->calls.fetch_add(1, std::memory_order_relaxed);
     s_->bytes.fetch_add(bytes_, std::memory_order_relaxed);
     s_->ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
@@ -109,10 +110,10 @@ class Timed {
 }  // namespace
 
 struct CudaDevice::Hold {
-  uint32_t* flag = nullptr;     // mapped pinned host word: 0 held, 1 released, 2 failed
-  void* devFlag = nullptr;      // its address on the GPU
-  cudaEvent_t passed = nullptr; // recorded after the wait: complete = the stream is past it
-  bool busy = false;            // between streamHold and streamResume
+  uint32_t* flag = nullptr;      // mapped pinned host word: 0 held, 1 released, 2 failed
+  void* devFlag = nullptr;       // its address on the GPU
+  cudaEvent_t passed = nullptr;  // recorded after the wait: complete = the stream is past it
+  bool busy = false;             // between streamHold and streamResume
 };
 
 int CudaDevice::deviceCount() {
@@ -139,8 +140,9 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   // Before any hold: a kernel loaded lazily at its first launch would wait for a held stream.
   check(cuda::preloadKernels(), "loading the CUDA device's kernels");
   char bus[64] = {0};
-  busId_ = cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal) == cudaSuccess ? std::string(bus)
-                                                                           : strCat("cuda:", ordinal);
+  busId_ = cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal) == cudaSuccess
+               ? std::string(bus)
+               : strCat("cuda:", ordinal);
   int attr = 0;
   cudaDeviceGetAttribute(&attr, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal);
   hostPointersWork_ = attr != 0;
@@ -172,8 +174,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
 
 CudaDevice::~CudaDevice() {
   if (statsOn_) {
-    static const char* names[kStats] = {"copy", "reduce", "scale", "stream wait", "alloc",
-                                        "hold"};
+    static const char* names[kStats] = {"copy", "reduce", "scale", "stream wait", "alloc", "hold"};
     std::fprintf(stderr, "xccl cuda:%d stats (pid %d):", ordinal_, static_cast<int>(getpid()));
     for (int k = 0; k < kStats; ++k) {
       const auto calls = stats_[k].calls.load(), bytes = stats_[k].bytes.load();
@@ -194,8 +195,9 @@ CudaDevice::~CudaDevice() {
 
 int CudaDevice::currentOrdinal() {
   if (deviceCount() == 0) {
-    throw InvalidUsage("no CUDA device: no GPU or no driver on this machine (a build with CUDA "
-                       "runs without one, but the cuda device needs it)");
+    throw InvalidUsage(
+        "no CUDA device: no GPU or no driver on this machine (a build with CUDA "
+        "runs without one, but the cuda device needs it)");
   }
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
@@ -272,13 +274,13 @@ void CudaDevice::copy(void* dst, const void* src, size_t bytes, CopyKind) {
   if (bytes == 0) return;
   Timed t(statsOn_, stats_[kStatCopy], bytes);
   current();
-  finish(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
-                         static_cast<cudaStream_t>(workStream())),
-         "cudaMemcpyAsync");
+  finish(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(workStream())),
+      "cudaMemcpyAsync");
 }
 
-void CudaDevice::reduce(void* dst, const void* a, const void* b, size_t count,
-                        xcclDataType_t dtype, xcclRedOp_t op) {
+void CudaDevice::reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+                        xcclRedOp_t op) {
   XCCL_CHECK(opSupported(dtype, op) && op != xcclAvg && op != xcclPremulSum, "reduce: op ",
              static_cast<int>(op), " is not an element-wise reduction for dtype ",
              static_cast<int>(dtype));
@@ -324,8 +326,9 @@ void* CudaDevice::streamCapture(xcclStream_t stream) {
 
 void CudaDevice::streamWait(void* token) {
   Timed t(statsOn_, stats_[kStatWait], 0);
-  if (token != nullptr) check(cudaEventSynchronize(static_cast<cudaEvent_t>(token)),
-                              "cudaEventSynchronize (the work queued before the collective)");
+  if (token != nullptr)
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(token)),
+          "cudaEventSynchronize (the work queued before the collective)");
 }
 
 void CudaDevice::streamRelease(void* token) {
@@ -428,8 +431,9 @@ void* CudaDevice::openShared(const std::string& handle, int ownerPid, size_t) {
     {
       std::lock_guard<std::mutex> g(localMu);
       auto it = localShared.find(handle);
-      XCCL_CHECK(it != localShared.end(), "cuda: a shared-memory handle of this process that it "
-                                          "did not make");
+      XCCL_CHECK(it != localShared.end(),
+                 "cuda: a shared-memory handle of this process that it "
+                 "did not make");
       local = it->second;
     }
     if (local.device != ordinal_) {

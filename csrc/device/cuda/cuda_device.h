@@ -80,7 +80,7 @@ class CudaDevice : public Device {
   void current() const;      // makes this device current on the calling thread
   void* workStream() const;  // the calling thread's internal stream on this device
   void finish(int err, const char* what) const;  // checks a launch, then synchronizes
-  const void* deviceView(const void* p) const;     // registered host memory as the GPU sees it
+  const void* deviceView(const void* p) const;   // registered host memory as the GPU sees it
 
   int ordinal_;
   std::string busId_;
@@ -90,7 +90,7 @@ class CudaDevice : public Device {
 
   mutable std::mutex mu_;
   std::map<const char*, std::pair<size_t, const char*>> staging_;  // host base -> (bytes, device)
-  std::vector<Hold*> holds_;  // every hold made, reused once the stream has passed it
+  std::vector<Hold*> holds_;   // every hold made, reused once the stream has passed it
   std::set<void*> ipcOpened_;  // peers' memory mapped with cudaIpcOpenMemHandle
   Stat stats_[kStats];
   bool statsOn_ = false;

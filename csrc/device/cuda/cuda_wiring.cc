@@ -53,8 +53,8 @@ int numaOf(const std::string& busId) {
   return n < 0 ? 0 : n;
 }
 
-std::string pciKind(const std::vector<std::string>& a, const std::vector<std::string>& b,
-                    int numaA, int numaB) {
+std::string pciKind(const std::vector<std::string>& a, const std::vector<std::string>& b, int numaA,
+                    int numaB) {
   if (a.empty() || b.empty() || a[0] != b[0]) return numaA == numaB ? "NODE" : "SYS";
   size_t common = 0;
   while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;

@@ -43,44 +43,64 @@ struct Arith<__nv_bfloat16> {
 // ---- operations, on the arithmetic type ----
 struct Sum {
   template <typename A>
-  __device__ static A apply(A a, A b) { return a + b; }
+  __device__ static A apply(A a, A b) {
+    return a + b;
+  }
 };
 struct Prod {
   template <typename A>
-  __device__ static A apply(A a, A b) { return a * b; }
+  __device__ static A apply(A a, A b) {
+    return a * b;
+  }
 };
 struct Max {
   template <typename A>
-  __device__ static A apply(A a, A b) { return a < b ? b : a; }
+  __device__ static A apply(A a, A b) {
+    return a < b ? b : a;
+  }
 };
 struct Min {
   template <typename A>
-  __device__ static A apply(A a, A b) { return b < a ? b : a; }
+  __device__ static A apply(A a, A b) {
+    return b < a ? b : a;
+  }
 };
 struct Band {
   template <typename A>
-  __device__ static A apply(A a, A b) { return a & b; }
+  __device__ static A apply(A a, A b) {
+    return a & b;
+  }
 };
 struct Bor {
   template <typename A>
-  __device__ static A apply(A a, A b) { return a | b; }
+  __device__ static A apply(A a, A b) {
+    return a | b;
+  }
 };
 struct Bxor {
   template <typename A>
-  __device__ static A apply(A a, A b) { return a ^ b; }
+  __device__ static A apply(A a, A b) {
+    return a ^ b;
+  }
 };
 // bool bytes: any non-zero byte is true, results are 0/1.
 struct BoolOr {
   template <typename A>
-  __device__ static A apply(A a, A b) { return (a | b) != 0; }
+  __device__ static A apply(A a, A b) {
+    return (a | b) != 0;
+  }
 };
 struct BoolAnd {
   template <typename A>
-  __device__ static A apply(A a, A b) { return (a != 0) & (b != 0); }
+  __device__ static A apply(A a, A b) {
+    return (a != 0) & (b != 0);
+  }
 };
 struct BoolXor {
   template <typename A>
-  __device__ static A apply(A a, A b) { return (a != 0) != (b != 0); }
+  __device__ static A apply(A a, A b) {
+    return (a != 0) != (b != 0);
+  }
 };
 
 template <typename T, typename Op>
@@ -254,8 +274,8 @@ cudaError_t reduceBool(void* dst, const void* a, const void* b, size_t n, xcclRe
 
 template <typename T, typename S>
 cudaError_t scaleAs(void* dst, const void* src, size_t n, S s, cudaStream_t st) {
-  scaleKernel<T, S><<<blocksFor(n), kThreads, 0, st>>>(static_cast<T*>(dst),
-                                                       static_cast<const T*>(src), n, s);
+  scaleKernel<T, S>
+      <<<blocksFor(n), kThreads, 0, st>>>(static_cast<T*>(dst), static_cast<const T*>(src), n, s);
   return cudaGetLastError();
 }
 

@@ -28,7 +28,7 @@ namespace {
 // A kernel call the checks above admitted failed anyway: a bug, reported with its message.
 void check(xdevError_t rc) {
   if (rc != xdevSuccess) {
-    throw Error(xcclInternalError, strCat("xdev kernel: ", xdevGetLastErrorMessage()));
+    throw Error(ErrorKind::kInternal, strCat("xdev kernel: ", xdevGetLastErrorMessage()));
   }
 }
 
@@ -37,7 +37,8 @@ void check(xdevError_t rc) {
 std::string HostDevice::busId() const { return strCat("host:", ordinal_); }
 
 void* HostDevice::streamCapture(xcclStream_t stream) {
-  XCCL_CHECK_ARG(stream == nullptr, "a stream was given on a communicator of the host device, "
+  XCCL_CHECK_ARG(stream == nullptr,
+                 "a stream was given on a communicator of the host device, "
                  "which has none (create the communicator with deviceType xcclDeviceXdev)");
   return nullptr;
 }
@@ -63,8 +64,8 @@ void* HostDevice::openShared(const std::string& handle, int ownerPid, size_t byt
   char* end = nullptr;
   long fd = std::strtol(handle.c_str(), &end, 10);
   if (handle.empty() || *end != '\0' || fd < 0) {
-    throw RemoteError(strCat("host device: malformed shared-memory handle '", handle.substr(0, 32),
-                             "'"));
+    throw RemoteError(
+        strCat("host device: malformed shared-memory handle '", handle.substr(0, 32), "'"));
   }
   SharedMapping m = openSharedMapping(ownerPid, fd, bytes, "a peer's shared host memory");
   std::lock_guard<std::mutex> g(sharedMu_);

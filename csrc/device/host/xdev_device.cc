@@ -18,8 +18,8 @@ namespace {
 // Throws InvalidUsage naming the runtime call and its message.
 void check(xdevError_t e, const char* what) {
   if (e == xdevSuccess) return;
-  throw InvalidUsage(strCat(what, ": ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(),
-                            ")"));
+  throw InvalidUsage(
+      strCat(what, ": ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(), ")"));
 }
 
 // Runs the body with `ordinal` as the calling thread's current xdev device (a NULL stream
@@ -45,8 +45,9 @@ void checkStreamDevice(xcclStream_t stream, int ordinal) {
   int dev = -1;
   check(xdevStreamGetDevice(static_cast<xdevStream_t>(stream), &dev), "xdevStreamGetDevice");
   if (dev != ordinal) {
-    throw Error(xcclInvalidArgument, strCat("the stream belongs to xdev:", dev,
-                                            " but the communicator's device is xdev:", ordinal));
+    throw Error(ErrorKind::kInvalidArgument,
+                strCat("the stream belongs to xdev:", dev,
+                       " but the communicator's device is xdev:", ordinal));
   }
 }
 
@@ -101,8 +102,8 @@ void* XdevDevice::streamCapture(xcclStream_t stream) {
 }
 
 void XdevDevice::streamWait(void* token) {
-  if (token != nullptr) check(xdevEventSynchronize(static_cast<xdevEvent_t>(token)),
-                              "xdevEventSynchronize");
+  if (token != nullptr)
+    check(xdevEventSynchronize(static_cast<xdevEvent_t>(token)), "xdevEventSynchronize");
 }
 
 void XdevDevice::streamRelease(void* token) {
@@ -131,8 +132,7 @@ void XdevDevice::streamFail(void* token, const std::string& why) {
   if (token == nullptr) return;
   xdevError_t e = xdevHoldFail(static_cast<xdevHold_t>(token), why.c_str());
   if (e != xdevSuccess) {
-    XCCL_WARN(INIT, "xdevHoldFail: ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(),
-              ")");
+    XCCL_WARN(INIT, "xdevHoldFail: ", xdevGetErrorString(e), " (", xdevGetLastErrorMessage(), ")");
   }
 }
 

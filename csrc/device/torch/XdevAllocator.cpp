@@ -16,20 +16,20 @@
 namespace xdev_torch {
 namespace {
 
-using c10::CachingDeviceAllocator::DeviceStats;
 using c10::CachingAllocator::Stat;
 using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
 
-constexpr size_t kRound = 512;              // every block is a multiple of this
-constexpr size_t kSmallLimit = 1 << 20;     // "small pool" for the statistics
-constexpr size_t kReuseSlack = 2;           // a cached block may be at most 2x the request
+constexpr size_t kRound = 512;           // every block is a multiple of this
+constexpr size_t kSmallLimit = 1 << 20;  // "small pool" for the statistics
+constexpr size_t kReuseSlack = 2;        // a cached block may be at most 2x the request
 
 struct Block {
   void* ptr = nullptr;
-  size_t size = 0;           // bytes reserved (rounded)
-  size_t requested = 0;      // bytes asked for
+  size_t size = 0;       // bytes reserved (rounded)
+  size_t requested = 0;  // bytes asked for
   c10::DeviceIndex device = 0;
-  c10::StreamId stream = 0;  // allocation stream: reuse without waiting only there
+  c10::StreamId stream = 0;      // allocation stream: reuse without waiting only there
   std::set<c10::StreamId> uses;  // other streams it was recorded on
   int pendingEvents = 0;
 };
@@ -172,9 +172,9 @@ class DeviceCache {
       size_t freeBytes = 0, total = 0;
       (void)xdevMemGetInfo(&freeBytes, &total);
       const size_t a = static_cast<size_t>(StatType::AGGREGATE);
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "xdev out of memory. Tried to allocate ",
-                       size, " bytes on xdev:", static_cast<int>(device_), ". The device has ",
-                       total, " bytes in total (XCCL_XDEV_MEMORY), ", freeBytes,
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "xdev out of memory. Tried to allocate ", size,
+                       " bytes on xdev:", static_cast<int>(device_), ". The device has ", total,
+                       " bytes in total (XCCL_XDEV_MEMORY), ", freeBytes,
                        " free; this process has ", stats_.allocated_bytes[a].current,
                        " bytes allocated by torch and ", stats_.reserved_bytes[a].current,
                        " bytes reserved by the caching allocator.");

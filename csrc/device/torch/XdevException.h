@@ -13,20 +13,20 @@ namespace xdev_torch {
 
 }  // namespace xdev_torch
 
-#define XDEV_CHECK(expr)                                                         \
-  do {                                                                           \
-    xdevError_t xdev_err__ = (expr);                                             \
-    if (xdev_err__ != xdevSuccess) {                                             \
-      ::xdev_torch::raiseRuntimeError(xdev_err__, #expr, __FILE__, __LINE__);    \
-    }                                                                            \
+#define XDEV_CHECK(expr)                                                      \
+  do {                                                                        \
+    xdevError_t xdev_err__ = (expr);                                          \
+    if (xdev_err__ != xdevSuccess) {                                          \
+      ::xdev_torch::raiseRuntimeError(xdev_err__, #expr, __FILE__, __LINE__); \
+    }                                                                         \
   } while (0)
 
 // For noexcept contexts (destructors, deleters): report, never throw.
-#define XDEV_WARN(expr)                                                          \
-  do {                                                                           \
-    xdevError_t xdev_err__ = (expr);                                             \
-    if (xdev_err__ != xdevSuccess) {                                             \
-      TORCH_WARN("xdev: ", #expr, " failed: ", xdevGetErrorString(xdev_err__));  \
-      (void)xdevGetLastError();                                                  \
-    }                                                                            \
+#define XDEV_WARN(expr)                                                         \
+  do {                                                                          \
+    xdevError_t xdev_err__ = (expr);                                            \
+    if (xdev_err__ != xdevSuccess) {                                            \
+      TORCH_WARN("xdev: ", #expr, " failed: ", xdevGetErrorString(xdev_err__)); \
+      (void)xdevGetLastError();                                                 \
+    }                                                                           \
   } while (0)

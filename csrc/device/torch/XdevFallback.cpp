@@ -66,8 +66,8 @@ class DeviceCheck {
     if (!device_) {
       TORCH_CHECK(deviceArg_.has_value(), "xdev fallback for ", op_.schema().operator_name(),
                   ": no xdev tensor or device among the arguments");
-      device_ = c10::Device(kXdev, resolveDevice(deviceArg_->has_index() ? deviceArg_->index()
-                                                                         : -1));
+      device_ =
+          c10::Device(kXdev, resolveDevice(deviceArg_->has_index() ? deviceArg_->index() : -1));
     }
     if (other_) {
       fail(*device_, *other_);

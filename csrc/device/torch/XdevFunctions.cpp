@@ -8,12 +8,11 @@
 
 namespace xdev_torch {
 
-[[noreturn]] void raiseRuntimeError(xdevError_t err, const char* call, const char* file,
-                                    int line) {
+[[noreturn]] void raiseRuntimeError(xdevError_t err, const char* call, const char* file, int line) {
   const char* detail = xdevGetLastErrorMessage();
-  std::string message = c10::str("xdev error ", xdevGetErrorName(err), " (",
-                                 xdevGetErrorString(err), ") in ", call,
-                                 (detail && *detail) ? ": " : "", detail ? detail : "");
+  std::string message =
+      c10::str("xdev error ", xdevGetErrorName(err), " (", xdevGetErrorString(err), ") in ", call,
+               (detail && *detail) ? ": " : "", detail ? detail : "");
   (void)xdevGetLastError();  // consumed here, as CUDA's C10_CUDA_CHECK does
   if (err == xdevErrorMemoryAllocation) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, message);
@@ -70,8 +69,9 @@ void claimAccelerator() noexcept { claimFlag().store(true, std::memory_order_rel
 void checkDeviceIndex(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < deviceCount(), "xdev: invalid device index ",
               static_cast<int>(index), ". The device index is out of range: there are ",
-              static_cast<int>(deviceCount()), " xdev devices (valid: xdev:0 .. xdev:",
-              deviceCount() - 1, "; XCCL_XDEV_COUNT sets how many)");
+              static_cast<int>(deviceCount()),
+              " xdev devices (valid: xdev:0 .. xdev:", deviceCount() - 1,
+              "; XCCL_XDEV_COUNT sets how many)");
 }
 
 c10::DeviceIndex currentDevice() {

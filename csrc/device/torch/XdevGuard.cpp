@@ -69,8 +69,9 @@ struct XdevGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device == -1 || device == stream.device_index(), "xdev: event of xdev:",
-                static_cast<int>(device), " cannot be recorded on a stream of ", stream.device(),
+    TORCH_CHECK(device == -1 || device == stream.device_index(),
+                "xdev: event of xdev:", static_cast<int>(device),
+                " cannot be recorded on a stream of ", stream.device(),
                 " (an event belongs to one device)");
     xdevStream_t native = nativeStream(stream);
     DeviceSwitch guard(stream.device_index());
@@ -135,8 +136,8 @@ struct XdevGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(start != nullptr && end != nullptr,
                 "xdev: both events must be recorded before elapsed_time");
     float ms = 0;
-    XDEV_CHECK(xdevEventElapsedTime(&ms, static_cast<xdevEvent_t>(start),
-                                    static_cast<xdevEvent_t>(end)));
+    XDEV_CHECK(
+        xdevEventElapsedTime(&ms, static_cast<xdevEvent_t>(start), static_cast<xdevEvent_t>(end)));
     return static_cast<double>(ms);
   }
 

@@ -14,7 +14,7 @@ namespace {
 
 struct HostState {
   std::mutex mu;
-  std::unordered_map<void*, std::vector<xdevEvent_t>> inFlight;  // ptr -> events to wait for
+  std::unordered_map<void*, std::vector<xdevEvent_t>> inFlight;      // ptr -> events to wait for
   std::vector<std::pair<void*, std::vector<xdevEvent_t>>> deferred;  // freed while in flight
   at::HostStats stats;
 };

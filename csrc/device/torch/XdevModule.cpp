@@ -38,22 +38,29 @@ PYBIND11_MODULE(_xdev_C, m) {
     return static_cast<int>(exchangeDevice(static_cast<c10::DeviceIndex>(d)));
   });
   m.def("_check_device", [](int d) { checkDeviceIndex(static_cast<c10::DeviceIndex>(d)); });
-  m.def("_default_generator", [](int d) {
-    return defaultGeneratorObject(static_cast<c10::DeviceIndex>(d));
-  });
-  m.def("_sleep", [](int64_t ms) {
-    py::gil_scoped_release nogil;
-    sleepOnCurrentStream(ms);
-  }, "Queue a host function that sleeps `ms` milliseconds on the current stream (tests)");
+  m.def("_default_generator",
+        [](int d) { return defaultGeneratorObject(static_cast<c10::DeviceIndex>(d)); });
+  m.def(
+      "_sleep",
+      [](int64_t ms) {
+        py::gil_scoped_release nogil;
+        sleepOnCurrentStream(ms);
+      },
+      "Queue a host function that sleeps `ms` milliseconds on the current stream (tests)");
   m.def("_stream_pool_size", [] { return kStreamPoolSize; });
-  m.def("_clear_errors", [](int d) {
-    c10::DeviceIndex prev = exchangeDevice(static_cast<c10::DeviceIndex>(d));
-    xdevError_t e = xdevDeviceClearErrors();
-    exchangeDevice(prev);
-    XDEV_CHECK(e);
-  }, "Forget the sticky errors of the device's streams (xdevDeviceClearErrors)");
-  m.def("_accelerator_claimed", [] { return acceleratorClaimed(); },
-        "Whether this process uses xdev as torch's accelerator (XdevFunctions.h)");
-  m.def("_claim_accelerator", [] { claimAccelerator(); },
-        "Make xdev this process's accelerator (torch.xdev.init())");
+  m.def(
+      "_clear_errors",
+      [](int d) {
+        c10::DeviceIndex prev = exchangeDevice(static_cast<c10::DeviceIndex>(d));
+        xdevError_t e = xdevDeviceClearErrors();
+        exchangeDevice(prev);
+        XDEV_CHECK(e);
+      },
+      "Forget the sticky errors of the device's streams (xdevDeviceClearErrors)");
+  m.def(
+      "_accelerator_claimed", [] { return acceleratorClaimed(); },
+      "Whether this process uses xdev as torch's accelerator (XdevFunctions.h)");
+  m.def(
+      "_claim_accelerator", [] { claimAccelerator(); },
+      "Make xdev this process's accelerator (torch.xdev.init())");
 }

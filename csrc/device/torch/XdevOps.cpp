@@ -89,12 +89,13 @@ void AliasSet::adoptResizedStorages() {
       continue;
     }
     // The kernel resized the alias: its new memory came from the xdev allocator.
-    c10::DataPtr moved = cpu->set_data_ptr(c10::DataPtr(xdev->mutable_data(), nullptr, nullptr,
-                                                        c10::Device(c10::kCPU)));
+    c10::DataPtr moved = cpu->set_data_ptr(
+        c10::DataPtr(xdev->mutable_data(), nullptr, nullptr, c10::Device(c10::kCPU)));
     const size_t nbytes = cpu->nbytes();
     cpu->set_nbytes(xdev->nbytes());
     if (moved.get() != nullptr) {
-      TORCH_INTERNAL_ASSERT(isXdevDataPtr(moved), "xdev fallback: a CPU kernel replaced the "
+      TORCH_INTERNAL_ASSERT(isXdevDataPtr(moved),
+                            "xdev fallback: a CPU kernel replaced the "
                             "memory of an xdev storage with memory that is not xdev memory");
       moved.unsafe_set_device(xdev->device());
     } else {
@@ -112,8 +113,8 @@ at::Tensor xdevTensorOver(const c10::Storage& storage, const at::Tensor& like) {
 at::Tensor copyToNewXdevTensor(const at::Tensor& cpu, c10::DeviceIndex device) {
   c10::DeviceGuard guard(c10::Device(kXdev, device));
   const size_t nbytes = cpu.storage().nbytes();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
-                       deviceAllocator()->allocate(nbytes), deviceAllocator(),
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, deviceAllocator()->allocate(nbytes),
+                       deviceAllocator(),
                        /*resizable=*/true);
   if (nbytes > 0) {
     // Device memory is host memory. A block from this stream's cache may still have work
@@ -125,9 +126,7 @@ at::Tensor copyToNewXdevTensor(const at::Tensor& cpu, c10::DeviceIndex device) {
   return xdevTensorOver(storage, cpu);
 }
 
-void synchronizeCurrentStream(c10::DeviceIndex device) {
-  synchronizeStream(currentStream(device));
-}
+void synchronizeCurrentStream(c10::DeviceIndex device) { synchronizeStream(currentStream(device)); }
 
 void resizeStorageBytes(c10::StorageImpl* storage, size_t nbytes) {
   TORCH_CHECK(storage->resizable(), "xdev: trying to resize a storage that is not resizable");
@@ -154,8 +153,7 @@ c10::Device checkedXdevDevice(std::optional<c10::Device> device_opt,
   TORCH_CHECK(device.type() == kXdev, "xdev empty: expected an xdev device, got ", device);
   TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
               "xdev: only strided tensors are supported");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
-              "xdev: only CPU tensors can be pinned");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "xdev: only CPU tensors can be pinned");
   return c10::Device(kXdev, resolveDevice(device.has_index() ? device.index() : -1));
 }
 
@@ -170,10 +168,8 @@ at::Tensor xdevEmpty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype
 }
 
 at::Tensor xdevEmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
-                            std::optional<c10::ScalarType> dtype,
-                            std::optional<c10::Layout> layout,
-                            std::optional<c10::Device> device_opt,
-                            std::optional<bool> pin_memory) {
+                            std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                            std::optional<c10::Device> device_opt, std::optional<bool> pin_memory) {
   const c10::Device device = checkedXdevDevice(device_opt, layout, pin_memory);
   c10::DeviceGuard guard(device);
   return at::detail::empty_strided_generic(size, stride, deviceAllocator(),
@@ -233,8 +229,8 @@ bool memcpyable(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 // Enqueue a copy on `stream` (of `device`).
-void enqueueCopy(void* dst, const void* src, size_t n, xdevMemcpyKind kind,
-                 c10::DeviceIndex device, const c10::Stream& stream) {
+void enqueueCopy(void* dst, const void* src, size_t n, xdevMemcpyKind kind, c10::DeviceIndex device,
+                 const c10::Stream& stream) {
   DeviceSwitch guard(device);
   XDEV_CHECK(xdevMemcpyAsync(dst, src, n, kind, nativeStream(stream)));
 }
@@ -349,8 +345,8 @@ struct FillWork {
 
 void runFill(void* arg) {
   std::unique_ptr<FillWork> work(static_cast<FillWork*>(arg));
-  at::Tensor t = at::from_blob(work->data, work->sizes, work->strides,
-                               at::TensorOptions().dtype(work->dtype));
+  at::Tensor t =
+      at::from_blob(work->data, work->sizes, work->strides, at::TensorOptions().dtype(work->dtype));
   t.fill_(work->value);
 }
 
@@ -419,9 +415,8 @@ at::Tensor xdevConvolution(const at::Tensor& input, const at::Tensor& weight,
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> xdevConvolutionBackward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
-    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
-    bool transposed, c10::IntArrayRef output_padding, int64_t groups,
-    std::array<bool, 3> output_mask) {
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
   const c10::DeviceIndex device = input.device().index();
   c10::DeviceGuard guard(input.device());
   synchronizeCurrentStream(device);
@@ -430,11 +425,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> xdevConvolutionBackward(
   std::vector<int64_t> biasSizes{biasSize};
   auto [gi, gw, gb] = at::convolution_backward(
       aliases.alias(grad_output), aliases.alias(input), aliases.alias(weight),
-      output_mask[2] ? std::optional<c10::IntArrayRef>(biasSizes) : std::nullopt, stride,
-      padding, dilation, transposed, output_padding, groups, output_mask);
-  auto back = [&](const at::Tensor& t) {
-    return t.defined() ? copyToNewXdevTensor(t, device) : t;
-  };
+      output_mask[2] ? std::optional<c10::IntArrayRef>(biasSizes) : std::nullopt, stride, padding,
+      dilation, transposed, output_padding, groups, output_mask);
+  auto back = [&](const at::Tensor& t) { return t.defined() ? copyToNewXdevTensor(t, device) : t; };
   return {back(gi), back(gw), back(gb)};
 }
 

@@ -52,9 +52,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstmCellBackward(
   return {gradGates, gradCx, gradBias};
 }
 
-std::tuple<at::Tensor, at::Tensor> gruCell(
-    const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& hx,
-    const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+std::tuple<at::Tensor, at::Tensor> gruCell(const at::Tensor& input_gates,
+                                           const at::Tensor& hidden_gates, const at::Tensor& hx,
+                                           const std::optional<at::Tensor>& input_bias,
+                                           const std::optional<at::Tensor>& hidden_bias) {
   auto in = withBias(input_gates, input_bias).chunk(3, 1);
   auto hid = withBias(hidden_gates, hidden_bias).chunk(3, 1);
   at::Tensor r = (in[0] + hid[0]).sigmoid();

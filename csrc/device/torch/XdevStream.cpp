@@ -62,9 +62,7 @@ xdevStream_t nativeStream(const c10::Stream& stream) {
   TORCH_CHECK(false, "xdev: unknown stream id ", id, " on ", stream.device());
 }
 
-c10::Stream defaultStream(c10::DeviceIndex device) {
-  return makeStream(resolveDevice(device), 0);
-}
+c10::Stream defaultStream(c10::DeviceIndex device) { return makeStream(resolveDevice(device), 0); }
 
 c10::Stream currentStream(c10::DeviceIndex device) {
   device = resolveDevice(device);

@@ -65,8 +65,8 @@ xdevError_t xdevDivideAsync(void* dst, size_t count, xdevDataType_t dtype, int64
   });
 }
 
-xdevError_t xdevReduce(void* dst, const void* a, const void* b, size_t count,
-                       xdevDataType_t dtype, xdevRedOp_t op) {
+xdevError_t xdevReduce(void* dst, const void* a, const void* b, size_t count, xdevDataType_t dtype,
+                       xdevRedOp_t op) {
   return api("xdevReduce", [&] {
     xdev::checkReduce(dtype, op);
     checkOperands(count, {dst, a, b});

@@ -61,7 +61,8 @@ void* Arena::alloc(size_t bytes) {
     throw std::bad_alloc();
   }
   madvise(m.base, size, MADV_DONTFORK);
-  auto seg = std::make_unique<Segment>(Segment{randomId(), m.fd, static_cast<char*>(m.base), size, {}});
+  auto seg =
+      std::make_unique<Segment>(Segment{randomId(), m.fd, static_cast<char*>(m.base), size, {}});
   seg->free[0] = size;
   void* p = carve(*seg, bytes);
   segments_.push_back(std::move(seg));

@@ -6,10 +6,15 @@
 #include <cstring>
 #include <type_traits>
 
-#include "half.h"
+#include "common/half.h"
 #include "status.h"
 
 namespace xdev {
+
+using xccl::BFloat16;
+using xccl::fromFloat;
+using xccl::Half;
+using xccl::toFloat;
 
 namespace {
 

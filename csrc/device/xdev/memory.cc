@@ -22,8 +22,8 @@ void* Memory::allocHost(int device, size_t bytes) {
 }
 
 void* Memory::allocate(int device, size_t bytes, xdevMemoryType type) {
-  XDEV_REQUIRE(bytes <= SIZE_MAX - kAlignment, xdevErrorMemoryAllocation, "cannot allocate ",
-               bytes, " bytes");
+  XDEV_REQUIRE(bytes <= SIZE_MAX - kAlignment, xdevErrorMemoryAllocation, "cannot allocate ", bytes,
+               " bytes");
   size_t charged = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   const bool onDevice = type == xdevMemoryTypeDevice;
   {
@@ -108,8 +108,7 @@ xdevPointerAttributes Memory::attributes(const void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = find(reinterpret_cast<uintptr_t>(ptr));
   if (it == blocks_.end()) return {xdevMemoryTypeUnregistered, -1, nullptr, 0};
-  return {it->second.type, it->second.device, reinterpret_cast<void*>(it->first),
-          it->second.size};
+  return {it->second.type, it->second.device, reinterpret_cast<void*>(it->first), it->second.size};
 }
 
 void Memory::checkRange(const void* ptr, size_t bytes, bool mustBeDevice, const char* what) {
@@ -120,8 +119,8 @@ void Memory::checkRange(const void* ptr, size_t bytes, bool mustBeDevice, const 
     auto it = find(p);
     XDEV_REQUIRE(it != blocks_.end() && it->second.type == xdevMemoryTypeDevice,
                  xdevErrorInvalidValue, what, " ", ptr, " is not device memory");
-    XDEV_REQUIRE(bytes <= it->second.size - (p - it->first), xdevErrorInvalidValue, what, " ",
-                 ptr, " + ", bytes, " bytes runs past the end of its ", it->second.size,
+    XDEV_REQUIRE(bytes <= it->second.size - (p - it->first), xdevErrorInvalidValue, what, " ", ptr,
+                 " + ", bytes, " bytes runs past the end of its ", it->second.size,
                  "-byte allocation");
     return;
   }

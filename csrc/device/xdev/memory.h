@@ -53,7 +53,7 @@ class Memory {
 
  private:
   struct Block {
-    size_t size;  // bytes requested
+    size_t size;     // bytes requested
     size_t charged;  // bytes counted against the device (rounded up to kAlignment)
     int device;
     xdevMemoryType type;

@@ -27,8 +27,8 @@ size_t parseBytes(const std::string& text) {
   unsigned long long value = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
     unsigned digit = text[i++] - '0';
-    XDEV_REQUIRE(value <= (SIZE_MAX - digit) / 10, xdevErrorInvalidValue,
-                 "XCCL_XDEV_MEMORY='", text, "' is too large");
+    XDEV_REQUIRE(value <= (SIZE_MAX - digit) / 10, xdevErrorInvalidValue, "XCCL_XDEV_MEMORY='",
+                 text, "' is too large");
     value = value * 10 + digit;
   }
   int shift = 0;
@@ -127,8 +127,7 @@ Runtime& Runtime::get() {
 }
 
 Runtime::Runtime(int devices, size_t capacity)
-    : memory_(devices, capacity, readSegmentBytes()),
-      defaultStreams_(devices) {}
+    : memory_(devices, capacity, readSegmentBytes()), defaultStreams_(devices) {}
 
 void Runtime::checkDevice(int device) const {
   XDEV_REQUIRE(device >= 0 && device < deviceCount(), xdevErrorInvalidDevice, "device ", device,

@@ -58,13 +58,13 @@ class Runtime {
 
  private:
   Runtime(int devices, size_t capacity);
-  std::shared_ptr<Stream> defaultStream(int device);  // caller holds mu_
+  std::shared_ptr<Stream> defaultStream(int device);                         // caller holds mu_
   std::shared_ptr<Stream> newStream(int device, uint64_t id, int priority);  // caller holds mu_
 
   Memory memory_;
   std::mutex mu_;
   uint64_t nextId_ = 1;
-  bool exiting_ = false;  // the exit hook ran
+  bool exiting_ = false;                                 // the exit hook ran
   std::vector<std::shared_ptr<Stream>> defaultStreams_;  // created at first use
   std::unordered_map<uint64_t, std::shared_ptr<Stream>> streams_;
   std::unordered_map<uint64_t, std::shared_ptr<Event>> events_;

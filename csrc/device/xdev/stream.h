@@ -34,7 +34,7 @@ using Task = std::function<void()>;
 struct Gate {
   bool open = false;  // guarded by the owning stream's mutex
   bool failed = false;
-  std::string why;    // what failed, when failed
+  std::string why;  // what failed, when failed
 };
 
 class Stream {
@@ -123,8 +123,8 @@ class Stream {
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
   xdevError_t error_ = xdevSuccess;
-  uint64_t failedAt_ = 0;  // position of the first failed gate passed (0: none)
-  std::string failure_;    // its message
+  uint64_t failedAt_ = 0;   // position of the first failed gate passed (0: none)
+  std::string failure_;     // its message
   bool stopping_ = false;   // the worker exits once the queue is empty
   bool abandoned_ = false;  // process exit: positions count as reached
   bool exited_ = false;

@@ -3,9 +3,7 @@
     python models/yolo.py --cfg yolov5s.yaml      # prints the layer table and the summary
 """
 import argparse
-import contextlib
 import math
-import os
 import sys
 from copy import deepcopy
 from pathlib import Path

@@ -2,7 +2,7 @@
 import csv
 from pathlib import Path
 
-from PIL import Image, ImageDraw
+from PIL import ImageDraw
 
 
 def plot_results(file="results.csv"):

@@ -35,7 +35,7 @@ XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20)
 namespace {
 
 constexpr uint64_t kMagic = 0x58434c4c53484d31ull;  // "XCLLSHM1"
-constexpr uint32_t kVersion = 4;  // 3: a proof of the secret instead of it; 4: heartbeats
+constexpr uint32_t kVersion = 4;       // 3: a proof of the secret instead of it; 4: heartbeats
 constexpr size_t kHeaderBytes = 4096;  // the ring starts page-aligned
 constexpr size_t kMaxRing = size_t(1) << 30;
 constexpr size_t kMaxHandle = 256;
@@ -259,8 +259,7 @@ class RingEnd {
     return n;
   }
   void consume(size_t bytes) {
-    XCCL_CHECK(bytes <= window_, "consumeRecv(", bytes, ") exceeds the peeked window of ",
-               window_);
+    XCCL_CHECK(bytes <= window_, "consumeRecv(", bytes, ") exceeds the peeked window of ", window_);
     window_ -= bytes;
     mine_ += bytes;
     tail_->store(mine_, std::memory_order_release);
@@ -318,9 +317,7 @@ class ShmConnection : public Connection {
 
   // Every move of a counter rings the peer's doorbell: it may sleep waiting for bytes (a
   // commit) or for room (a consume).
-  size_t reserveSend(void** window, size_t want) override {
-    return reserveOn(out_, window, want);
-  }
+  size_t reserveSend(void** window, size_t want) override { return reserveOn(out_, window, want); }
   void commitSend(size_t bytes) override {
     out_.commit(bytes);
     peerBell_->ring();
@@ -384,9 +381,7 @@ class ShmConnection : public Connection {
     return std::string(h->note, n);
   }
 
-  void sendBeat() override {
-    send_->header()->beat.fetch_add(1, std::memory_order_relaxed);
-  }
+  void sendBeat() override { send_->header()->beat.fetch_add(1, std::memory_order_relaxed); }
 
   // Life = a new beat, or the peer moved bytes in either direction (it produced into our
   // incoming ring or consumed from our outgoing one).

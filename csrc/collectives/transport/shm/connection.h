@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "../transport.h"
+#include "collectives/transport/transport.h"
 #include "doorbell.h"
 
 namespace xccl {

@@ -51,7 +51,8 @@ std::unique_ptr<Doorbell> Doorbell::open(const std::string& desc, int rank, int 
       openSharedMapping(pid, fd, kPageBytes, strCat("rank ", rank, ": rank ", peer, "'s doorbell"));
   std::unique_ptr<Doorbell> bell(new Doorbell(m));
   if (bell->page()->magic != kBellMagic) {
-    throw RemoteError(strCat("rank ", rank, ": rank ", peer, "'s doorbell is not an xccl doorbell"));
+    throw RemoteError(
+        strCat("rank ", rank, ": rank ", peer, "'s doorbell is not an xccl doorbell"));
   }
   return bell;
 }

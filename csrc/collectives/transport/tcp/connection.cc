@@ -371,14 +371,14 @@ class TcpConnection : public Connection {
   Device& device_;
   Ring send_, recv_;
   std::vector<uint64_t> sendNext_, recvNext_;  // per socket: its next byte in the stream
-  std::vector<bool> recvEof_;                   // per socket: EOF seen
+  std::vector<bool> recvEof_;                  // per socket: EOF seen
   size_t reserved_ = 0, peeked_ = 0;
-  bool recvDone_ = false;   // EOF or error reading: the peer sent all it ever will
+  bool recvDone_ = false;    // EOF or error reading: the peer sent all it ever will
   bool sendBroken_ = false;  // EPIPE / reset writing: the peer reads no more
   std::string goneWhy_;
   std::mutex ioMu_;  // progress() vs close()
   bool closed_ = false;
-  net::Fd beat_;                            // the heartbeat socket
+  net::Fd beat_;  // the heartbeat socket
   std::mutex beatSendMu_, beatRecvMu_;
   uint64_t beatsSent_ = 0;                  // under beatSendMu_
   bool noteSent_ = false;                   // under beatSendMu_
@@ -391,11 +391,11 @@ class TcpConnection : public Connection {
 struct Pending {
   net::Fd fd;
   std::string addr;
-  std::string in;          // bytes of the current stage received so far
-  bool challenged = false; // hello verified and challenge sent: waiting for the proof
+  std::string in;           // bytes of the current stage received so far
+  bool challenged = false;  // hello verified and challenge sent: waiting for the proof
   int src = -1;
-  uint32_t index = 0;      // its socket index, once the hello is verified
-  std::string nonce;       // ours (the acceptor's), once challenged
+  uint32_t index = 0;  // its socket index, once the hello is verified
+  std::string nonce;   // ours (the acceptor's), once challenged
   std::string theirNonce;
   Clock::time_point since = Clock::now();
 };
@@ -474,8 +474,9 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
           }
           if (part.fds.size() != hi.nsocks + 1 || part.chunk != hi.chunk ||
               part.fds[hi.index].get() >= 0) {
-            refuse(p, rank, kBadRank, strCat("socket ", hi.index, " of ", hi.nsocks, " from rank ",
-                                             p.src, " does not fit the ones it already opened"));
+            refuse(p, rank, kBadRank,
+                   strCat("socket ", hi.index, " of ", hi.nsocks, " from rank ", p.src,
+                          " does not fit the ones it already opened"));
             drop = true;
           } else {
             // Challenge: our nonce and our proof over theirs.
@@ -492,12 +493,14 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
         }
       } else if (!drop && p.challenged && p.in.size() == auth::kProofBytes) {
         const uint32_t index = p.index;
-        const std::string want =
-            auth::proof(secret, "connector", p.nonce, p.theirNonce, proofContext(p.src, rank, index));
+        const std::string want = auth::proof(secret, "connector", p.nonce, p.theirNonce,
+                                             proofContext(p.src, rank, index));
         Partial& part = partial[p.src];
         if (!auth::sameProof(p.in, want)) {
-          refuse(p, rank, kBadSecret, strCat("rank ", p.src, "'s proof does not match this "
-                                             "communicator's secret (another job, or a replay)"));
+          refuse(p, rank, kBadSecret,
+                 strCat("rank ", p.src,
+                        "'s proof does not match this "
+                        "communicator's secret (another job, or a replay)"));
           if (part.arrived == 0) partial.erase(p.src);
         } else {
           std::string reply = makeReply(kOk, rank);
@@ -539,8 +542,9 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
                                         const net::WaitCtx& ctx) {
   const int64_t nsocks = xcclParamNsocks(), chunk = xcclParamSocketChunk();
   XCCL_CHECK(nsocks >= 1 && nsocks <= kMaxSocks, "XCCL_NSOCKS=", nsocks, " must be 1..", kMaxSocks);
-  XCCL_CHECK(chunk >= kMinChunk && chunk <= kMaxChunk && chunk % 64 == 0, "XCCL_SOCKET_CHUNK=",
-             chunk, " must be a multiple of 64 between ", kMinChunk, " and ", kMaxChunk);
+  XCCL_CHECK(chunk >= kMinChunk && chunk <= kMaxChunk && chunk % 64 == 0,
+             "XCCL_SOCKET_CHUNK=", chunk, " must be a multiple of 64 between ", kMinChunk, " and ",
+             kMaxChunk);
   std::vector<net::Fd> fds;
   auto refused = [&](uint32_t status) {
     return RemoteError(strCat(ctx.what, ": refused by peer: ",
@@ -551,8 +555,8 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
   for (uint32_t j = 0; j <= static_cast<uint32_t>(nsocks); ++j) {
     net::Fd fd = net::connectTo(net::parseAddr(peerAddr), ctx);
     const std::string mine = auth::nonce();
-    std::string hello = makeHello(Hello{rank, peer, j, static_cast<uint32_t>(nsocks),
-                                        static_cast<uint32_t>(chunk), mine});
+    std::string hello = makeHello(
+        Hello{rank, peer, j, static_cast<uint32_t>(nsocks), static_cast<uint32_t>(chunk), mine});
     net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
     // The challenge (or, refused, a 12-byte reply).
     std::string c(kReplyBytes, '\0');
@@ -566,11 +570,13 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
     const int kind = parseChallenge(c, peer, &theirs, &theirProof, &status);
     if (kind == 1) throw refused(status);
     if (kind < 0 || status != kOk) {
-      throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
+      throw RemoteError(
+          strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
     }
     const std::string context = proofContext(rank, peer, j);
     if (!auth::sameProof(theirProof, auth::proof(secret, "acceptor", mine, theirs, context))) {
-      throw RemoteError(strCat(ctx.what, ": ", peerAddr, " does not know this communicator's "
+      throw RemoteError(strCat(ctx.what, ": ", peerAddr,
+                               " does not know this communicator's "
                                "secret (another job listening on that address?)"));
     }
     const std::string proof = auth::proof(secret, "connector", theirs, mine, context);
@@ -579,7 +585,8 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
     net::recvAll(fd.get(), &reply[0], kReplyBytes, ctx);
     uint32_t st = kOk;
     if (!parseReply(reply, peer, &st)) {
-      throw RemoteError(strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
+      throw RemoteError(
+          strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
     }
     if (st != kOk) throw refused(st);
     fds.push_back(std::move(fd));

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "../transport.h"
+#include "collectives/transport/transport.h"
 #include "socket.h"
 
 namespace xccl {

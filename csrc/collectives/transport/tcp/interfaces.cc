@@ -87,8 +87,8 @@ const Interface* chooseInterface(const std::vector<Interface>& ifaces, const std
     }
     *why = strCat("XCCL_SOCKET_IFNAME=", text, ": no up IPv4 interface ",
                   spec.exclude ? "is left after excluding " : "matches ",
-                  spec.exact ? "the names" : "the prefixes", " given (up IPv4 interfaces: ",
-                  describe(ifaces), ")");
+                  spec.exact ? "the names" : "the prefixes",
+                  " given (up IPv4 interfaces: ", describe(ifaces), ")");
     return nullptr;
   }
   for (const auto& i : ifaces) {

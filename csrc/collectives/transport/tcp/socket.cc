@@ -87,8 +87,9 @@ sockaddr_in localAddress() {
   XCCL_CHECK(family == "AF_INET" || family == "AF_INET6", "XCCL_SOCKET_FAMILY='", family,
              "' (AF_INET or AF_INET6)");
   if (family == "AF_INET6") {
-    throw InvalidUsage("XCCL_SOCKET_FAMILY=AF_INET6: the TCP transport speaks IPv4 only so far; "
-                       "leave it unset or set AF_INET");
+    throw InvalidUsage(
+        "XCCL_SOCKET_FAMILY=AF_INET6: the TCP transport speaks IPv4 only so far; "
+        "leave it unset or set AF_INET");
   }
   std::string how, why;
   Interface pick;

@@ -103,9 +103,9 @@ typedef enum {
   xdevProd = 1,
   xdevMax = 2,
   xdevMin = 3,
-  xdevAvg = 4,        /* not an element-wise kernel: Sum then xdevDivideAsync */
-  xdevPremulSum = 5,  /* not an element-wise kernel: xdevScaleAsync then Sum */
-  xdevBand = 6,       /* integer and bool types only */
+  xdevAvg = 4,       /* not an element-wise kernel: Sum then xdevDivideAsync */
+  xdevPremulSum = 5, /* not an element-wise kernel: xdevScaleAsync then Sum */
+  xdevBand = 6,      /* integer and bool types only */
   xdevBor = 7,
   xdevBxor = 8,
   xdevNumOps = 9
@@ -246,8 +246,8 @@ XDEV_API xdevError_t xdevReduceAsync(void* dst, const void* a, const void* b, si
 XDEV_API xdevError_t xdevScaleAsync(void* dst, const void* src, size_t count, xdevDataType_t dtype,
                                     const void* hostScalar, xdevStream_t stream);
 /* dst[i] /= divisor (integer division for integer types); divisor != 0. Not for bool. */
-XDEV_API xdevError_t xdevDivideAsync(void* dst, size_t count, xdevDataType_t dtype,
-                                     int64_t divisor, xdevStream_t stream);
+XDEV_API xdevError_t xdevDivideAsync(void* dst, size_t count, xdevDataType_t dtype, int64_t divisor,
+                                     xdevStream_t stream);
 /* Additions: the same kernels run at once on the calling thread, for callers whose own
  * ordering already makes the operands ready (the collectives' progress thread). */
 XDEV_API xdevError_t xdevReduce(void* dst, const void* a, const void* b, size_t count,
