@@ -302,12 +302,26 @@ void ProcessGroupXCCL::finishOnStream(const std::vector<c10::intrusive_ptr<WorkX
 
 void ProcessGroupXCCL::enqueueForCompletion(
     const std::vector<c10::intrusive_ptr<WorkXCCL>>& works) {
+  std::vector<c10::intrusive_ptr<WorkXCCL>> finished;  // released after the lock (below)
   std::lock_guard<std::mutex> g(cq_->mu);
   // Keep the queue short without waking anyone: drop what callers already completed.
-  while (!cq_->works.empty() && cq_->works.front()->done()) cq_->works.pop_front();
+  takeFinished(cq_->works, finished);
   for (const auto& w : works) {
     w->setCompletionQueue(cq_);
     cq_->works.push_back(w);
+  }
+}
+
+// Moves the finished Works at the front of the queue into `out`. Never drop them under
+// cq_->mu: the last reference to a Work frees its tensors, whose Python objects want the GIL,
+// while a caller holding the GIL may be waiting for cq_->mu (getFuture(), enqueueing): the
+// completion thread then waits for the GIL and the caller for the lock, for ever (found by
+// the fault suite, seed 1, runs 13 and 77). Callers release `out` after unlocking.
+void ProcessGroupXCCL::takeFinished(std::deque<c10::intrusive_ptr<WorkXCCL>>& q,
+                                    std::vector<c10::intrusive_ptr<WorkXCCL>>& out) {
+  while (!q.empty() && q.front()->done()) {
+    out.push_back(std::move(q.front()));
+    q.pop_front();
   }
 }
 
@@ -315,11 +329,18 @@ void ProcessGroupXCCL::enqueueForCompletion(
 // one that failed or passed its deadline, or any at shutdown. Works that finished are
 // completed and dropped by a non-blocking query on the way. Returns null at shutdown.
 c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
+  std::vector<c10::intrusive_ptr<WorkXCCL>> finished;  // released unlocked (takeFinished)
   std::unique_lock<std::mutex> lk(cq_->mu);
   for (;;) {
     if (cq_->exiting) return nullptr;
     auto& q = cq_->works;
-    while (!q.empty() && q.front()->done()) q.pop_front();
+    takeFinished(q, finished);
+    if (!finished.empty()) {
+      lk.unlock();
+      finished.clear();
+      lk.lock();
+      continue;  // the queue may have changed meanwhile
+    }
     if (q.empty()) {
       if (cq_->stop) return nullptr;
       cq_->urgent = false;
@@ -337,9 +358,11 @@ c10::intrusive_ptr<WorkXCCL> ProcessGroupXCCL::nextWorkToComplete() {
     auto st = w->hasEvent() ? w->poll(0, r, detail) : WorkXCCL::Status::kRunning;
     if (st == WorkXCCL::Status::kDone) {
       w->complete(nullptr);  // unlocked: future callbacks may launch collectives
+      w.reset();             // unlocked too: it may be the last reference (takeFinished)
       lk.lock();
       continue;
     }
+    if (st == WorkXCCL::Status::kRunning) w.reset();  // before locking, as above
     lk.lock();
     if (st != WorkXCCL::Status::kRunning) {  // failed: the blocking path reports and handles it
       if (!q.empty() && q.front() == w) q.pop_front();

@@ -392,6 +392,8 @@ class ProcessGroupXCCL : public c10d::Backend {
 
   // completion thread
   void enqueueForCompletion(const std::vector<c10::intrusive_ptr<WorkXCCL>>& works);
+  static void takeFinished(std::deque<c10::intrusive_ptr<WorkXCCL>>& q,
+                           std::vector<c10::intrusive_ptr<WorkXCCL>>& out);
   void stopCompletionThread();
   std::shared_ptr<CompletionQueue> cq_ = std::make_shared<CompletionQueue>();
   std::thread completion_;

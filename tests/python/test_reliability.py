@@ -95,3 +95,11 @@ def test_soak_checker_catches_a_corrupted_result():
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=110)
     assert p.returncode != 0, p.stdout[-2000:]
     assert "wrong result" in p.stdout and "FAILED" in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.timeout(150)
+def test_dropping_finished_works_never_deadlocks_with_get_future():
+    results = run_world(workers_reliability.drop_finished_while_asking_futures, 2, timeout=120,
+                        pg_timeout_s=60, iters=1500)
+    for r in results:
+        assert r["sum"] == [2.0] * 4 and r["last"] == [2.0] * 8, r

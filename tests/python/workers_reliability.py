@@ -84,3 +84,29 @@ def exit_after_barrier(rank, world, iters, numel):
     ok = bool(torch.all(t == float(world) ** iters))
     dist.destroy_process_group()
     return {"ok": ok}
+
+
+def drop_finished_while_asking_futures(rank, world, iters):
+    """Async collectives whose Work and tensors Python drops at once (the completion queue holds
+    the last reference, and the tensors' Python objects are kept by their C++ side), while the
+    caller keeps asking for futures (getFuture() takes the queue's lock holding the GIL). The
+    completion thread once released such Works under that lock and waited for the GIL there:
+    both threads waited for ever (fault suite, seed 1, runs 13 and 77)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    torch.xdev.set_device(rank % 2)
+    dev = torch.device("xdev", rank % 2)
+    t0 = time.monotonic()
+    keep = None
+    for i in range(iters):
+        dist.all_reduce(torch.full((64,), float(i), device=dev), async_op=True)  # dropped
+        w = dist.all_reduce(torch.ones(8, device=dev), async_op=True)
+        w.get_future()
+        if i % 16 == 0:
+            keep = w.get_future().wait()[0]
+    t = torch.ones(4, device=dev)
+    dist.all_reduce(t)
+    return {"sum": t.cpu().tolist(), "last": keep.cpu().tolist(), "s": time.monotonic() - t0}
