@@ -29,13 +29,15 @@ def summary(out):
 def test_dry_run_lists_every_step_and_quick_only_its_own(tmp_path):
     full = run(["--dry-run"], tmp_path)
     assert full.returncode == 0, full.stderr
-    for step in ("info", "deps", "core", "plugin", "smoke", "ctest", "conform", "pytest", "bench", "cpu"):
+    for step in ("info", "deps", "core", "plugin", "smoke", "ctest", "diag", "probe", "conform",
+                 "pytest", "bench", "cpu"):
         assert f"\n{step} " in "\n" + full.stdout, (step, full.stdout)
     assert "xccl-tests\" --conformance -D cuda" in full.stdout
     assert "bench/bench_cuda.py" in full.stdout and "tests/python/test_cuda.py" in full.stdout
+    assert "scripts/cuda_pg_probe.py" in full.stdout and "XCCL_CUDA_STATS=1" in full.stdout
     quick = run(["--quick", "--dry-run"], tmp_path)
     listed = [ln.split()[0] for ln in quick.stdout.splitlines() if "(timeout" in ln]
-    assert listed == ["info", "deps", "core", "smoke", "conform"], quick.stdout
+    assert listed == ["info", "deps", "core", "smoke", "diag", "conform"], quick.stdout
     assert not os.path.exists(tmp_path / "summary.json")  # a dry run writes nothing
 
 
