@@ -24,10 +24,13 @@ import datetime
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "python"))
+from harness import free_port  # noqa: E402  (the tests' one helper for a free local port)
 
 VARIANTS = {
     "default": {},
@@ -96,12 +99,6 @@ def rank_main(rank: int, world: int, port: int) -> None:
     log(rank, f"step 4: 64 MiB all_reduce {dt * 1e3:.2f} ms, algbw {n * 4 / dt / 1e9:.2f} GB/s")
     dist.destroy_process_group()
     log(rank, "finished")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stacks(pid: int) -> str:

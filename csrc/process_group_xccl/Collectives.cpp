@@ -39,6 +39,19 @@ xcclResult_t enqueueAllreduce(const char* op, const at::Tensor& buf, xcclRedOp_t
   return xcclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, tg.comm, tg.stream);
 }
 
+// One grouped launch of an allgather per (input, output) pair: the coalesced allgathers.
+xcclResult_t allGatherEach(const char* op, const std::vector<at::Tensor>& ins,
+                           const std::vector<at::Tensor>& outs, const Target& tg) {
+  return grouped([&] {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      auto r = xcclAllGather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
+                             toXcclType(op, ins[i].scalar_type()), tg.comm, tg.stream);
+      if (r != xcclSuccess) return r;
+    }
+    return xcclSuccess;
+  });
+}
+
 // reduce / reduce_scatter have no premul variant: scale a copy, then SUM.
 at::Tensor premulScaled(const char* op, const at::Tensor& input, const c10d::ReduceOp& rop) {
   at::Tensor f = premulFactor(op, rop, input.scalar_type());
@@ -216,17 +229,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
   };
   return launch(
       op, c10d::OpType::ALLGATHER_COALESCED, inputs, opts.timeout, outs, keep, post,
-      [&](const Target& tg) {
-        return grouped([&] {
-          for (size_t j = 0; j < ins.size(); ++j) {
-            auto r = xcclAllGather(ins[j].data_ptr(), flats[j].data_ptr(), ins[j].numel(),
-                                   toXcclType(op, ins[j].scalar_type()), tg.comm, tg.stream);
-            if (r != xcclSuccess) return r;
-          }
-          return xcclSuccess;
-        });
-      },
-      blockingCall(opts));
+      [&](const Target& tg) { return allGatherEach(op, ins, flats, tg); }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced(
@@ -252,17 +255,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
   keep.insert(keep.end(), outs.begin(), outs.end());
   return launch(
       op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(),
-      [&](const Target& tg) {
-        return grouped([&] {
-          for (size_t i = 0; i < ins.size(); ++i) {
-            auto r = xcclAllGather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
-                                   toXcclType(op, ins[i].scalar_type()), tg.comm, tg.stream);
-            if (r != xcclSuccess) return r;
-          }
-          return xcclSuccess;
-        });
-      },
-      blockingCall(opts));
+      [&](const Target& tg) { return allGatherEach(op, ins, outs, tg); }, blockingCall(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
