@@ -11,8 +11,8 @@
 #include <cstring>
 
 #include "collectives/algorithms/exchange.h"
+#include "collectives/device/device.h"
 #include "common/error.h"
-#include "device/device.h"
 #include "fuzz.h"
 #include "xdev_runtime.h"
 

@@ -17,10 +17,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives/device/device.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
-#include "device/device.h"
 
 namespace xccl {
 

@@ -11,11 +11,11 @@
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
+#include "collectives/device/device.h"
 #include "collectives/transport/tcp/socket.h"
 #include "comm.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "device/device.h"
 #include "result.h"
 #include "xccl.h"
 

@@ -5,13 +5,13 @@
 #include <cstdlib>
 
 #include "collectives/algorithms/algorithm.h"
+#include "collectives/device/device.h"
 #include "collectives/topology/detect.h"
 #include "collectives/topology/render.h"
 #include "collectives/topology/topo_file.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
-#include "device/device.h"
 
 namespace xccl {
 
@@ -28,22 +28,6 @@ XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
 // host identities alone.
 XCCL_PARAM_STR(TopoFile, "TOPO_FILE", "")
 XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1)
-
-const char* deviceKind(xcclDeviceType_t type) {
-  switch (type) {
-    case xcclDeviceDefault:
-      return "";
-    case xcclDeviceHost:
-      return "host";
-    case xcclDeviceXdev:
-      return "xdev";
-    case xcclDeviceCuda:
-      return "cuda";
-    default:
-      break;
-  }
-  throw Error(ErrorKind::kInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
-}
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
            const xcclConfig_t& config)

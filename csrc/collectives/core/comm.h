@@ -49,9 +49,6 @@ struct OpEntry {
   bool onCaller = false;          // XCCL_STREAM_CALLER: its caller runs it (runOnCaller)
 };
 
-// The device kind getDevice() takes for a configured device type ("" = XCCL_DEVICE).
-const char* deviceKind(xcclDeviceType_t type);
-
 class Comm {
  public:
   // Rendezvous through `store`, connect to every peer, start the progress thread.

@@ -12,13 +12,13 @@
 #include <cstring>
 #include <new>
 
+#include "collectives/device/device.h"
 #include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/process.h"
 #include "common/shared_memory.h"
-#include "device/device.h"
 
 namespace xccl {
 namespace shm {

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/device/device.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
-#include "device/device.h"
 #include "handshake.h"
 
 namespace xccl {

@@ -1,7 +1,7 @@
 // Error names and strings, and the per-thread last error behind xdevGetLastError.
 #include "status.h"
 
-#include "common/log.h"
+#include "report.h"
 
 namespace xdev {
 
@@ -16,7 +16,7 @@ xdevError_t recordError(xdevError_t code, const char* fn, const std::string& msg
   if (code == xdevSuccess || code == xdevErrorNotReady) return code;
   tlsLastError = code;
   tlsLastMessage = strCat(fn, ": ", msg);
-  XCCL_INFO(INIT, "xdev ", xdevGetErrorName(code), " in ", tlsLastMessage);
+  if (reportInfoEnabled()) reportInfo(strCat(xdevGetErrorName(code), " in ", tlsLastMessage));
   return code;
 }
 

@@ -1,53 +1,18 @@
-// Implementations behind error.h, param.h, log.h and clock.h.
-#include <sched.h>
+// The logger (log.h): the process's one logging state. Compiled into libxccl only; libxdev
+// reports through its own few lines (csrc/xdev/report.cc), so no process has two of these.
+#include <strings.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
-#include <thread>
 
-#include "clock.h"
-#include "error.h"
 #include "log.h"
-#include "param.h"
 
 namespace xccl {
-
-std::string errnoString(int err) {
-  char buf[256];
-  // GNU strerror_r may return a static string instead of filling buf.
-  const char* msg = strerror_r(err, buf, sizeof(buf));
-  return strCat(msg, " (errno ", err, ")");
-}
-
-// ---- knobs ----
-
-int64_t readIntParam(const char* name, int64_t deflt) {
-  std::string var = std::string("XCCL_") + name;
-  const char* v = getenv(var.c_str());
-  if (v == nullptr || *v == '\0') return deflt;
-  char* end = nullptr;
-  errno = 0;
-  long long x = strtoll(v, &end, 0);
-  if (errno != 0 || end == v || *end != '\0') {
-    throw InvalidUsage(strCat(var, "='", v, "' is not an integer"));
-  }
-  return x;
-}
-
-std::string readStrParam(const char* name, const char* deflt) {
-  std::string var = std::string("XCCL_") + name;
-  const char* v = getenv(var.c_str());
-  return (v == nullptr || *v == '\0') ? std::string(deflt) : std::string(v);
-}
-
-// ---- logging ----
 
 namespace {
 
@@ -158,31 +123,5 @@ void logWrite(LogLevel level, unsigned subsys, const std::string& msg) {
 }
 
 void setLogRank(int rank) { tlsLogRank = rank; }
-
-// ---- backoff ----
-
-void Backoff::idle() {
-  // Spin briefly (latency), then yield (the other core may be running our peer), then
-  // nap (oversubscribed machines: ranks x progress threads > cores).
-  ++n_;
-  if (n_ < 64) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-    return;
-  }
-  if (n_ == 64) idleSince_ = Clock::now();
-  if (!napping_) {
-    // Until 1 ms without progress has passed: yield (the clock is read every 256 polls).
-    if (n_ % 256 != 0 || Clock::now() - idleSince_ < std::chrono::milliseconds(1)) {
-      sched_yield();
-      return;
-    }
-    napping_ = true;
-  }
-  const bool longIdle = Clock::now() - idleSince_ > std::chrono::milliseconds(20);
-  struct timespec ts = {0, longIdle ? 200000 : 20000};  // 20 us naps, 200 us after 20 ms
-  nanosleep(&ts, nullptr);
-}
 
 }  // namespace xccl

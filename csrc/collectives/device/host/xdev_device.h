@@ -6,7 +6,7 @@
 // stream that the progress thread releases when the collective is done).
 #pragma once
 
-#include "device/host/host_device.h"
+#include "collectives/device/host/host_device.h"
 
 namespace xccl {
 

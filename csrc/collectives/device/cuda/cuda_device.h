@@ -25,7 +25,7 @@
 #include <set>
 #include <vector>
 
-#include "device/device.h"
+#include "collectives/device/device.h"
 
 namespace xccl {
 

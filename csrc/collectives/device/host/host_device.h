@@ -6,8 +6,8 @@
 #include <map>
 #include <mutex>
 
+#include "collectives/device/device.h"
 #include "common/shared_memory.h"
-#include "device/device.h"
 
 namespace xccl {
 

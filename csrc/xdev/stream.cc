@@ -1,7 +1,7 @@
 // The stream worker: runs tasks in order, records a task that throws as a launch failure.
 #include "stream.h"
 
-#include "common/log.h"
+#include "report.h"
 #include "status.h"
 
 namespace xdev {
@@ -16,9 +16,9 @@ bool runTask(Task& task, uint64_t streamId) {
     task();
     return true;
   } catch (const std::exception& e) {
-    XCCL_WARN(INIT, "xdev stream ", streamId, ": host function threw: ", e.what());
+    reportWarn(strCat("stream ", streamId, ": host function threw: ", e.what()));
   } catch (...) {
-    XCCL_WARN(INIT, "xdev stream ", streamId, ": host function threw");
+    reportWarn(strCat("stream ", streamId, ": host function threw"));
   }
   return false;
 }

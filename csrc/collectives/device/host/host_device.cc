@@ -126,7 +126,7 @@ void HostDevice::copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   }
 }
 
-// The kernels live in the xdev runtime (csrc/device/xdev/kernels.cc); the host device runs
+// The kernels live in the xdev runtime (csrc/xdev/kernels.cc); the host device runs
 // them on the calling thread, whose own ordering already makes the operands ready.
 void HostDevice::reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
                         xcclRedOp_t op) {

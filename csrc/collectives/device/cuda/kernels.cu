@@ -1,6 +1,6 @@
 // The CUDA device's element-wise kernels: reduce (every dtype x Sum Prod Max Min, and
 // Band Bor Bxor for integers and bool), scale and divide. Same results as the host reference
-// (csrc/device/xdev/kernels.cc): 16-bit floats widened to float for each step and rounded
+// (csrc/xdev/kernels.cc): 16-bit floats widened to float for each step and rounded
 // once, bool as bytes 0/1, integer scale and divide in the element type.
 //
 // Memory access: a grid-stride loop over 16-byte packs when every pointer is 16-byte aligned

@@ -1,7 +1,8 @@
 // The device seam. Everything the core does to user buffers goes through a Device:
 // copies between device memory and the transports' host staging memory, and the
-// reduction kernels. A vendor ports XCCL by adding csrc/device/<vendor>/ with one
-// Device subclass and registering it in device.cc; nothing above this layer changes.
+// reduction kernels. A vendor ports XCCL by adding csrc/collectives/device/<vendor>/ with one
+// Device subclass and one row in the table of kinds (registry.cc); nothing above this layer
+// changes.
 //
 // Memory words used here:
 //   device memory  - where user tensors live (for the host device, ordinary RAM);
@@ -119,6 +120,9 @@ Device& getDevice(const std::string& kind, int ordinal);
 Device& getDevice(int ordinal);  // getDevice("", ordinal)
 // The kinds this build has, e.g. "host, xdev, cuda".
 const char* availableDeviceKinds();
+// The kind an xcclConfig_t deviceType selects ("" for xcclDeviceDefault: XCCL_DEVICE decides).
+// Throws Error(kInvalidArgument) for a value that is no xcclDeviceType_t.
+const char* deviceKind(xcclDeviceType_t type);
 
 // How this host's devices of a kind are wired, for topology detection: how many there are,
 // each one's NUMA node, and for every pair the kind of the link ("XL" direct device link,
