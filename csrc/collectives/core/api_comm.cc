@@ -1,4 +1,6 @@
-// Communicator creation and destruction.
+// Communicator creation and destruction. Creation waits for the other ranks (the unique-id
+// store, the secret a store-based rendezvous publishes, the connections) no longer than the
+// communicator's timeout: xcclConfig_t.timeout_ms when set, else XCCL_TIMEOUT_MS.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -49,9 +51,7 @@ xcclResult_t xcclCommInitRankConfig(xcclComm_t* comm, int nranks, xcclUniqueId c
   return guarded("xcclCommInitRank", [&] {
     XCCL_CHECK_ARG(comm != nullptr, "comm is NULL");
     checkRankOf(rank, nranks);
-    auto store = connectUniqueIdStore(
-        commId,
-        Deadline::after(config && config->timeout_ms > 0 ? config->timeout_ms : 30 * 60 * 1000));
+    auto store = connectUniqueIdStore(commId, Deadline::after(timeoutMsOf(config)));
     initComm(comm, nranks, rank, *store, uniqueIdSecret(commId), config);
   });
 }
@@ -78,11 +78,7 @@ xcclResult_t xcclCommInitRankStore(xcclComm_t* comm, int nranks, int rank, const
     // initialisation lives under a scope derived from its secret, so holding the current
     // secret means reading only current records.
     std::string secret =
-        rank == 0
-            ? publishSecret(*s)
-            : awaitSecret(*s, rank,
-                          Deadline::after(config && config->timeout_ms > 0 ? config->timeout_ms
-                                                                           : 30 * 60 * 1000));
+        rank == 0 ? publishSecret(*s) : awaitSecret(*s, rank, Deadline::after(timeoutMsOf(config)));
     auto scoped = makeScopedStore(*s, recordScope(secret));
     try {
       initComm(comm, nranks, rank, *scoped, secret, config);
