@@ -15,7 +15,6 @@
 
 namespace xccl {
 
-XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30 * 60 * 1000)
 XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50)
 // Operations whose output reaches this many bytes write their final copies with streaming
 // stores (the output cannot stay in cache anyway). -1 disables.
@@ -29,11 +28,15 @@ XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
 XCCL_PARAM_STR(TopoFile, "TOPO_FILE", "")
 XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1)
 
+int64_t timeoutMsOf(const xcclConfig_t* config) {
+  return config != nullptr && config->timeout_ms > 0 ? config->timeout_ms : xcclParamTimeoutMs();
+}
+
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
            const xcclConfig_t& config)
     : rank_(rank),
       nranks_(nranks),
-      timeoutMs_(config.timeout_ms > 0 ? config.timeout_ms : xcclParamTimeoutMs()),
+      timeoutMs_(timeoutMsOf(&config)),
       waitSpin_(xcclParamWaitSpin()),
       streamingFrom_(xcclParamStreamingStoreBytes()),
       name_(config.name ? config.name : ""),

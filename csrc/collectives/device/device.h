@@ -101,12 +101,12 @@ class Device {
   virtual void* openShared(const std::string& handle, int ownerPid, size_t bytes);
   virtual void closeShared(void* ptr, size_t bytes, bool owner);
 
-  // Single-copy transfers between processes of a host (peer reads, algorithms/exchange.cc):
-  // exportBuffer() names [ptr, ptr + bytes) of device memory for a peer, or returns false
-  // when the device cannot share that memory (then the bytes travel through the transport).
-  // importBuffer() returns the address, here, of the first byte of a buffer that process
-  // ownerPid exported with at least `bytes` bytes; it maps the owner's memory the first time
-  // (later calls are a lookup) and throws RemoteError for a reference it cannot honour.
+  // Single-copy transfers between processes of a host (peer reads,
+  // algorithms/exchange_progress.cc): exportBuffer() names [ptr, ptr + bytes) of device memory for
+  // a peer, or returns false when the device cannot share that memory (then the bytes travel
+  // through the transport). importBuffer() returns the address, here, of the first byte of a buffer
+  // that process ownerPid exported with at least `bytes` bytes; it maps the owner's memory the
+  // first time (later calls are a lookup) and throws RemoteError for a reference it cannot honour.
   virtual bool exportBuffer(const void* /*ptr*/, size_t /*bytes*/, PeerRef* /*ref*/) {
     return false;
   }

@@ -41,11 +41,9 @@ int ordinalZero() { return 0; }
 
 const DeviceKindRow kKinds[] = {
     {"host", xcclDeviceHost, make<HostDevice>, ordinalZero, nullptr, ""},
-    {"xdev", xcclDeviceXdev, make<XdevDevice>, XdevDevice::currentOrdinal, XdevDevice::wiring,
-     ""},
+    {"xdev", xcclDeviceXdev, make<XdevDevice>, XdevDevice::currentOrdinal, XdevDevice::wiring, ""},
 #if defined(XCCL_WITH_CUDA)
-    {"cuda", xcclDeviceCuda, make<CudaDevice>, CudaDevice::currentOrdinal, CudaDevice::wiring,
-     ""},
+    {"cuda", xcclDeviceCuda, make<CudaDevice>, CudaDevice::currentOrdinal, CudaDevice::wiring, ""},
 #else
     {"cuda", xcclDeviceCuda, nullptr, nullptr, nullptr,
      "this libxccl was built without CUDA (no nvcc at build time, or -DXCCL_WITH_CUDA=OFF)"},
@@ -90,9 +88,9 @@ Device& getDevice(const std::string& requested, int ordinal) {
   const std::string kind = requestedKind(requested);
   const DeviceKindRow* row = findKind(kind);
   if (row == nullptr) {
-    throw InvalidUsage(strCat("device kind '", kind,
-                              "' is not available in this build (available: ",
-                              availableDeviceKinds(), ")"));
+    throw InvalidUsage(
+        strCat("device kind '", kind,
+               "' is not available in this build (available: ", availableDeviceKinds(), ")"));
   }
   if (row->make == nullptr) {
     throw InvalidUsage(strCat("device kind '", kind, "' is not available: ", row->missing));
@@ -109,7 +107,7 @@ Device& getDevice(int ordinal) { return getDevice("", ordinal); }
 DeviceWiring deviceWiring(const std::string& requested) {
   const DeviceKindRow* row = findKind(requestedKind(requested));
   return row != nullptr && row->make != nullptr && row->wiring != nullptr ? row->wiring()
-                                                                           : DeviceWiring();
+                                                                          : DeviceWiring();
 }
 
 }  // namespace xccl

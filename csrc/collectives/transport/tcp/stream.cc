@@ -1,9 +1,10 @@
-#include "connection.h"
+// The connection data path (stream.h): rings <-> sockets, the striping, the heartbeat
+// socket (beats and a failing rank's note) and a bounded flush on close.
+#include "stream.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,20 +26,11 @@ namespace tcp {
 
 // Bytes in each user-space socket ring (one send, one receive per peer); multiple of 64.
 XCCL_PARAM(SocketBuffsize, "SOCKET_BUFFSIZE", 4 << 20)
-// Sockets per peer: the byte stream is striped over them in chunks of XCCL_SOCKET_CHUNK
-// bytes (chunk c on socket c mod n), so one connection can fill a link that one TCP flow
-// does not (long round trips, loss). 1 by default: on the links measured so far (two
-// namespace hosts over veth, bare and rate-limited; BENCHMARKS.md section 9) one flow
-// already reached the link's or the cores' limit and more sockets only cost latency.
-// The connecting side decides; the acceptor follows its handshake.
-XCCL_PARAM(Nsocks, "NSOCKS", 1)
-XCCL_PARAM(SocketChunk, "SOCKET_CHUNK", 128 << 10)
 
 namespace {
 
-constexpr int kHandshakeMs = 5000;   // an accepted socket must finish its handshake within this
-constexpr int kCloseFlushMs = 2000;  // close() waits at most this long for unsent bytes
-constexpr int kCloseStallMs = 200;   // ... or this long without any of them leaving
+constexpr int kCloseFlushMs = 2000;           // close() waits at most this long for unsent bytes
+constexpr int kCloseStallMs = 200;            // ... or this long without any of them leaving
 constexpr uint64_t kNoteMark = ~uint64_t{0};  // on the heartbeat socket: a note follows
 constexpr size_t kMaxNote = 1024;
 
@@ -387,212 +379,13 @@ class TcpConnection : public Connection {
   std::atomic<uint64_t> bytesReceived_{0};  // data bytes ever received (fill())
 };
 
-// An accepted socket whose handshake is not finished.
-struct Pending {
-  net::Fd fd;
-  std::string addr;
-  std::string in;           // bytes of the current stage received so far
-  bool challenged = false;  // hello verified and challenge sent: waiting for the proof
-  int src = -1;
-  uint32_t index = 0;  // its socket index, once the hello is verified
-  std::string nonce;   // ours (the acceptor's), once challenged
-  std::string theirNonce;
-  Clock::time_point since = Clock::now();
-};
-
-// Answers a refused socket (best effort, so a misconfigured rank learns why) and logs once.
-void refuse(const Pending& p, int rank, Status status, const std::string& why) {
-  XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": ", why);
-  if (status != kOk) {
-    std::string r = makeReply(status, rank);
-    ::send(p.fd.get(), r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
-}
-
 }  // namespace
 
-Listener::Listener(const sockaddr_in& addr) : fd_(net::listenOn(addr)) {
-  address_ = net::formatAddr(net::boundAddr(fd_.get()));
-}
-
-std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::set<int> from,
-                                                                 const std::string& secret,
-                                                                 Device& device,
-                                                                 const net::WaitCtx& ctx) {
-  std::map<int, std::unique_ptr<Connection>> out;
-  std::vector<Pending> pending;
-  std::vector<pollfd> fds;
-  // Sockets of a peer that has not connected all of its sockets yet.
-  struct Partial {
-    std::vector<net::Fd> fds;
-    uint32_t arrived = 0, chunk = 0;
-    std::string addr;
-  };
-  std::map<int, Partial> partial;
-  while (!from.empty()) {
-    fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
-    for (auto& p : pending) fds.push_back({p.fd.get(), POLLIN, 0});
-    if (ctx.abortFlag && ctx.abortFlag->load()) throw InvalidUsage(strCat(ctx.what, ": aborted"));
-    if (ctx.deadline.expired()) {
-      throw Timeout(strCat(ctx.what, ": timed out after ", ctx.deadline.budgetMs(),
-                           " ms; still missing ", from.size(), " rank(s), e.g. rank ",
-                           *from.begin()));
-    }
-    int n = ::poll(fds.data(), fds.size(), 50);
-    if (n < 0 && errno != EINTR) XCCL_SYSCHECK(n, strCat(ctx.what, ": poll"));
-    for (size_t i = pending.size(); i-- > 0;) {
-      Pending& p = pending[i];
-      bool drop = false;
-      const size_t need = p.challenged ? auth::kProofBytes : kHelloBytes;
-      if (fds[i + 1].revents) {
-        char buf[kHelloBytes > auth::kProofBytes ? kHelloBytes : auth::kProofBytes];
-        ssize_t got = ::recv(p.fd.get(), buf, need - p.in.size(), MSG_DONTWAIT);
-        if (got > 0) {
-          p.in.append(buf, static_cast<size_t>(got));
-        } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-          XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr,
-                    ": closed during handshake (", p.challenged ? "proof" : "hello", ", ",
-                    p.in.size(), " of ", need, " bytes)");
-          drop = true;
-        }
-      }
-      if (!drop && !p.challenged && p.in.size() == kHelloBytes) {
-        Hello hi;
-        Status status;
-        std::string why;
-        if (!parseHello(p.in, rank, from, &hi, &status, &why)) {
-          refuse(p, rank, status, why);
-          drop = true;
-        } else {
-          p.src = hi.from;
-          p.theirNonce = hi.nonce;
-          Partial& part = partial[p.src];
-          if (part.fds.empty()) {
-            part.fds.resize(hi.nsocks + 1);  // the data sockets and the heartbeat socket
-            part.chunk = hi.chunk;
-            part.addr = p.addr;
-          }
-          if (part.fds.size() != hi.nsocks + 1 || part.chunk != hi.chunk ||
-              part.fds[hi.index].get() >= 0) {
-            refuse(p, rank, kBadRank,
-                   strCat("socket ", hi.index, " of ", hi.nsocks, " from rank ", p.src,
-                          " does not fit the ones it already opened"));
-            drop = true;
-          } else {
-            // Challenge: our nonce and our proof over theirs.
-            p.nonce = auth::nonce();
-            std::string c = makeChallenge(kOk, rank, p.nonce,
-                                          auth::proof(secret, "acceptor", p.theirNonce, p.nonce,
-                                                      proofContext(p.src, rank, hi.index)));
-            net::sendAll(p.fd.get(), c.data(), c.size(), ctx);
-            p.challenged = true;
-            p.in.clear();
-            p.since = Clock::now();
-            p.index = hi.index;
-          }
-        }
-      } else if (!drop && p.challenged && p.in.size() == auth::kProofBytes) {
-        const uint32_t index = p.index;
-        const std::string want = auth::proof(secret, "connector", p.nonce, p.theirNonce,
-                                             proofContext(p.src, rank, index));
-        Partial& part = partial[p.src];
-        if (!auth::sameProof(p.in, want)) {
-          refuse(p, rank, kBadSecret,
-                 strCat("rank ", p.src,
-                        "'s proof does not match this "
-                        "communicator's secret (another job, or a replay)"));
-          if (part.arrived == 0) partial.erase(p.src);
-        } else {
-          std::string reply = makeReply(kOk, rank);
-          net::sendAll(p.fd.get(), reply.data(), reply.size(), ctx);
-          net::setNonblockingNoDelay(p.fd.get());
-          const int src = p.src;
-          part.fds[index] = std::move(p.fd);
-          if (++part.arrived == part.fds.size()) {
-            out[src] = std::make_unique<TcpConnection>(rank, src, part.addr, std::move(part.fds),
-                                                       part.chunk, device);
-            partial.erase(src);
-            from.erase(src);
-          }
-        }
-        drop = true;
-      } else if (!drop && Clock::now() - p.since > std::chrono::milliseconds(kHandshakeMs)) {
-        XCCL_WARN(NET, "rank ", rank, ": refused connection from ", p.addr, ": no ",
-                  p.challenged ? "proof" : "hello", " within ", kHandshakeMs, " ms");
-        drop = true;
-      }
-      if (drop) pending.erase(pending.begin() + static_cast<long>(i));
-    }
-    if (fds[0].revents & POLLIN) {
-      for (;;) {
-        int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
-        Pending p;
-        p.fd.reset(fd);
-        p.addr = net::peerAddrOf(fd);
-        pending.push_back(std::move(p));
-      }
-    }
-  }
-  return out;
-}
-
-std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& peerAddr,
-                                        const std::string& secret, Device& device,
-                                        const net::WaitCtx& ctx) {
-  const int64_t nsocks = xcclParamNsocks(), chunk = xcclParamSocketChunk();
-  XCCL_CHECK(nsocks >= 1 && nsocks <= kMaxSocks, "XCCL_NSOCKS=", nsocks, " must be 1..", kMaxSocks);
-  XCCL_CHECK(chunk >= kMinChunk && chunk <= kMaxChunk && chunk % 64 == 0,
-             "XCCL_SOCKET_CHUNK=", chunk, " must be a multiple of 64 between ", kMinChunk, " and ",
-             kMaxChunk);
-  std::vector<net::Fd> fds;
-  auto refused = [&](uint32_t status) {
-    return RemoteError(strCat(ctx.what, ": refused by peer: ",
-                              status == kBadSecret ? "bad secret (another communicator?)"
-                                                   : "unexpected rank or striping"));
-  };
-  // Sockets 0..nsocks-1 carry the byte stream, socket nsocks the heartbeats.
-  for (uint32_t j = 0; j <= static_cast<uint32_t>(nsocks); ++j) {
-    net::Fd fd = net::connectTo(net::parseAddr(peerAddr), ctx);
-    const std::string mine = auth::nonce();
-    std::string hello = makeHello(
-        Hello{rank, peer, j, static_cast<uint32_t>(nsocks), static_cast<uint32_t>(chunk), mine});
-    net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
-    // The challenge (or, refused, a 12-byte reply).
-    std::string c(kReplyBytes, '\0');
-    net::recvAll(fd.get(), &c[0], kReplyBytes, ctx);
-    if (isChallenge(c)) {
-      c.resize(kChallengeBytes);
-      net::recvAll(fd.get(), &c[kReplyBytes], kChallengeBytes - kReplyBytes, ctx);
-    }
-    std::string theirs, theirProof;
-    uint32_t status = kOk;
-    const int kind = parseChallenge(c, peer, &theirs, &theirProof, &status);
-    if (kind == 1) throw refused(status);
-    if (kind < 0 || status != kOk) {
-      throw RemoteError(
-          strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
-    }
-    const std::string context = proofContext(rank, peer, j);
-    if (!auth::sameProof(theirProof, auth::proof(secret, "acceptor", mine, theirs, context))) {
-      throw RemoteError(strCat(ctx.what, ": ", peerAddr,
-                               " does not know this communicator's "
-                               "secret (another job listening on that address?)"));
-    }
-    const std::string proof = auth::proof(secret, "connector", theirs, mine, context);
-    net::sendAll(fd.get(), proof.data(), proof.size(), ctx);
-    std::string reply(kReplyBytes, '\0');
-    net::recvAll(fd.get(), &reply[0], kReplyBytes, ctx);
-    uint32_t st = kOk;
-    if (!parseReply(reply, peer, &st)) {
-      throw RemoteError(
-          strCat(ctx.what, ": bad handshake reply (is ", peerAddr, " an xccl rank?)"));
-    }
-    if (st != kOk) throw refused(st);
-    fds.push_back(std::move(fd));
-  }
-  return std::make_unique<TcpConnection>(rank, peer, peerAddr, std::move(fds),
-                                         static_cast<size_t>(chunk), device);
+std::unique_ptr<Connection> makeStreamConnection(int rank, int peer, std::string addr,
+                                                 std::vector<net::Fd> fds, size_t chunk,
+                                                 Device& device) {
+  return std::make_unique<TcpConnection>(rank, peer, std::move(addr), std::move(fds), chunk,
+                                         device);
 }
 
 }  // namespace tcp
