@@ -11,6 +11,7 @@
 #include <string>
 
 #include "log.h"
+#include "param.h"
 
 namespace xccl {
 
@@ -123,5 +124,11 @@ void logWrite(LogLevel level, unsigned subsys, const std::string& msg) {
 }
 
 void setLogRank(int rank) { tlsLogRank = rank; }
+
+namespace {
+// Knobs set to other than their defaults: one INFO line each (common/param.h).
+void reportKnob(const std::string& line) { XCCL_INFO(INIT, "knob ", line); }
+const bool kKnobsReported = (setKnobReporter(reportKnob), true);
+}  // namespace
 
 }  // namespace xccl

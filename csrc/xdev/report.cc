@@ -1,6 +1,8 @@
 // libxdev's reporting (report.h).
 #include "report.h"
 
+#include "common/param.h"
+
 #include <strings.h>
 #include <unistd.h>
 
@@ -47,5 +49,11 @@ void reportWarn(const std::string& msg) {
 void reportInfo(const std::string& msg) {
   if (level() >= kInfo) write("INFO", msg);
 }
+
+namespace {
+// xdev's knobs set to other than their defaults: one INFO line each (common/param.h).
+void reportKnob(const std::string& line) { reportInfo("knob " + line); }
+const bool kKnobsReported = (xccl::setKnobReporter(reportKnob), true);
+}  // namespace
 
 }  // namespace xdev

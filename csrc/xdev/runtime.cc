@@ -11,11 +11,11 @@
 
 namespace xdev {
 
-XCCL_PARAM(XdevCount, "XDEV_COUNT", 8)
+XCCL_PARAM(XdevCount, "XDEV_COUNT", 8, 1, 1024)
 XCCL_PARAM_STR(XdevMemory, "XDEV_MEMORY", "16G")
 // Device memory comes from shareable segments of this many bytes (or one allocation's size,
 // when larger); pages are only used once touched.
-XCCL_PARAM(XdevSegment, "XDEV_SEGMENT", 256 << 20)
+XCCL_PARAM(XdevSegment, "XDEV_SEGMENT", 256 << 20, 1 << 20, 1LL << 40)
 
 namespace {
 

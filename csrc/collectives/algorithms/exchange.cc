@@ -15,15 +15,15 @@
 
 namespace xccl {
 
-XCCL_PARAM(SliceBytes, "SLICE_BYTES", 128 << 10)
-XCCL_PARAM(AliveCheckUs, "ALIVE_CHECK_US", 1000)
+XCCL_PARAM(SliceBytes, "SLICE_BYTES", 128 << 10, 64, 1 << 30)
+XCCL_PARAM(AliveCheckUs, "ALIVE_CHECK_US", 1000, 0, kKnobMax)
 // Longest a waiting engine polls before it sleeps on its doorbell (µs); the spin adapts
 // below it. 0 sleeps at once.
-XCCL_PARAM(SpinUs, "SPIN_US", 50)
+XCCL_PARAM(SpinUs, "SPIN_US", 50, 0, kKnobMax)
 // Peer reads (single copy between the processes of a host, where the device can share its
 // memory): 0 turns them off; messages of at least PEER_READ_MIN bytes use them.
-XCCL_PARAM(PeerRead, "PEER_READ", 1)
-XCCL_PARAM(PeerReadMin, "PEER_READ_MIN", 64 << 10)
+XCCL_PARAM(PeerRead, "PEER_READ", 1, 0, 1)
+XCCL_PARAM(PeerReadMin, "PEER_READ_MIN", 64 << 10, 0, kKnobMax)
 
 Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*> conns,
                    std::vector<int> ringOrder, const std::atomic<bool>& abortFlag)

@@ -34,20 +34,22 @@
 namespace xccl {
 
 XCCL_PARAM_STR(Algo, "ALGO", "")
-XCCL_PARAM(AllreduceDirectMax, "ALLREDUCE_DIRECT_MAX", 64 << 10)
-XCCL_PARAM(BroadcastDirectMax, "BROADCAST_DIRECT_MAX", 64 << 10)
-XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 64 << 10)
-XCCL_PARAM(AllgatherDirectMax, "ALLGATHER_DIRECT_MAX", 64 << 10)
-XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 256 << 10)
-XCCL_PARAM(TwolevelMinHosts, "TWOLEVEL_MIN_HOSTS", 3)
+XCCL_PARAM(AllreduceDirectMax, "ALLREDUCE_DIRECT_MAX", 64 << 10, 0, kKnobMax)
+XCCL_PARAM(BroadcastDirectMax, "BROADCAST_DIRECT_MAX", 64 << 10, 0, kKnobMax)
+XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 64 << 10, 0, kKnobMax)
+XCCL_PARAM(AllgatherDirectMax, "ALLGATHER_DIRECT_MAX", 64 << 10, 0, kKnobMax)
+XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 256 << 10, 0, kKnobMax)
+XCCL_PARAM(TwolevelMinHosts, "TWOLEVEL_MIN_HOSTS", 3, 1, kKnobMax)
 // From this size on, allreduce across hosts prefers "hierarchical" (its three phases wait
 // for each other: below ~2 MiB on a fast link the flat ring's single pipeline wins;
 // BENCHMARKS.md section 10).
-XCCL_PARAM(HierarchicalMin, "HIERARCHICAL_MIN", 2 << 20)
+XCCL_PARAM(HierarchicalMin, "HIERARCHICAL_MIN", 2 << 20, 0, kKnobMax)
 // Knobs of the schedules (Tuning, exchange.h).
-XCCL_PARAM(RingSlice, "RING_SLICE", 512 << 10)           // ring message size
-XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10)         // broadcast/reduce chain chunk
-XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20)  // cap on a direct fold's temporary
+XCCL_PARAM(RingSlice, "RING_SLICE", 512 << 10, kKnobMin, kKnobMax)  // ring message size
+XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10, kKnobMin,
+           kKnobMax)  // broadcast/reduce chain chunk
+XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20, 0,
+           kKnobMax)  // cap on a direct fold's temporary
 
 namespace {
 

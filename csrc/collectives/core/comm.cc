@@ -15,18 +15,18 @@
 
 namespace xccl {
 
-XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50)
+XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50, 0, kKnobMax)
 // Operations whose output reaches this many bytes write their final copies with streaming
 // stores (the output cannot stay in cache anyway). -1 disables.
-XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20)
+XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20, -1, kKnobMax)
 // Polls of a waiting caller before it blocks. 0 by default: with ranks x 2 threads on few
 // cores a spinning caller takes the core its own progress thread needs (measured in
 // BENCHMARKS.md); raise it only when cores outnumber ranks.
-XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
+XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0, 0, kKnobMax)
 // A topology file (topology/topo_file.h) instead of detection; XCCL_TOPO_DETECT=0 plans from
 // host identities alone.
 XCCL_PARAM_STR(TopoFile, "TOPO_FILE", "")
-XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1)
+XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1, 0, 1)
 
 int64_t timeoutMsOf(const xcclConfig_t* config) {
   return config != nullptr && config->timeout_ms > 0 ? config->timeout_ms : xcclParamTimeoutMs();

@@ -27,7 +27,7 @@
 namespace xccl {
 
 // 1 = never use shared memory between ranks (TCP even on one host).
-XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0)
+XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0, 0, 1)
 
 namespace {
 

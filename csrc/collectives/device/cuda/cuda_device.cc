@@ -25,7 +25,7 @@ XCCL_PARAM_STR(CudaHold, "CUDA_HOLD", "auto")
 // resumes the stream as if it had succeeded and relies on the host-side error alone.
 XCCL_PARAM_STR(CudaFailedHold, "CUDA_FAILED_HOLD", "trap")
 // 1: print where this device's time went (per kind of operation) when it is destroyed.
-XCCL_PARAM(CudaStats, "CUDA_STATS", 0)
+XCCL_PARAM(CudaStats, "CUDA_STATS", 0, 0, 1)
 
 namespace {
 

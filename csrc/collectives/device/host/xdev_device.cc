@@ -66,8 +66,8 @@ int XdevDevice::currentOrdinal() {
   return dev;
 }
 
-XCCL_PARAM(XdevIsland, "XDEV_ISLAND", 4)
-XCCL_PARAM(XdevXlGbs, "XDEV_XL_GBS", 100)
+XCCL_PARAM(XdevIsland, "XDEV_ISLAND", 4, 1, 1024)
+XCCL_PARAM(XdevXlGbs, "XDEV_XL_GBS", 100, 0, 1 << 20)
 
 DeviceWiring XdevDevice::wiring() {
   DeviceWiring w;

@@ -20,8 +20,8 @@ namespace tcp {
 // namespace hosts over veth, bare and rate-limited; BENCHMARKS.md section 9) one flow
 // already reached the link's or the cores' limit and more sockets only cost latency.
 // The connecting side decides; the acceptor follows its handshake.
-XCCL_PARAM(Nsocks, "NSOCKS", 1)
-XCCL_PARAM(SocketChunk, "SOCKET_CHUNK", 128 << 10)
+XCCL_PARAM(Nsocks, "NSOCKS", 1, 1, 64)
+XCCL_PARAM(SocketChunk, "SOCKET_CHUNK", 128 << 10, 4096, 64 << 20)
 
 std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& peerAddr,
                                         const std::string& secret, Device& device,

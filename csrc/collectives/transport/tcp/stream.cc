@@ -25,7 +25,7 @@ namespace xccl {
 namespace tcp {
 
 // Bytes in each user-space socket ring (one send, one receive per peer); multiple of 64.
-XCCL_PARAM(SocketBuffsize, "SOCKET_BUFFSIZE", 4 << 20)
+XCCL_PARAM(SocketBuffsize, "SOCKET_BUFFSIZE", 4 << 20, 256, 1 << 30)
 
 namespace {
 
