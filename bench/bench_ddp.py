@@ -29,8 +29,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch import BACKENDS, HERE, init_groups, launch, metadata  # noqa: E402
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_torch import BACKENDS, init_groups, launch, metadata  # noqa: E402
 
 
 class SmallCNN(nn.Module):
@@ -155,7 +156,7 @@ def main():
     p.add_argument("--json", default=None, help="default bench/results/<name>.json")
     a = p.parse_args()
     name = a.name or "ddp_" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = a.json or os.path.join(HERE, "results", name + ".json")
+    path = a.json or os.path.join(util.RESULTS, name + ".json")
 
     meta = metadata({"config": vars(a), "model": "SmallCNN (3 conv+relu+maxpool, 2 linear), "
                      "SGD momentum 0.9, cross-entropy, torch.set_num_threads(1) per rank",

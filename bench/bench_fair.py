@@ -27,9 +27,9 @@ import time
 import torch
 import torch.distributed as dist
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from bench_torch import launch, parse_bytes  # noqa: E402
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_torch import launch  # noqa: E402
 
 CONFIGS = {
     "none": ("gloo", {}),  # compute only: the ceiling
@@ -102,12 +102,12 @@ def main():
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3, help="launches per configuration (median)")
     ap.add_argument("--dim", type=int, default=192, help="matmul size of the compute step")
-    ap.add_argument("--json", default=os.path.join(HERE, "results", "fair.json"))
+    ap.add_argument("--json", default=os.path.join(util.RESULTS, "fair.json"))
     a = ap.parse_args()
     out = {"kind": "fair", "args": vars(a), "date": time.strftime("%Y-%m-%d %H:%M"),
            "cpus": len(os.sched_getaffinity(0)), "results": []}
     for size in a.sizes:
-        nbytes = parse_bytes(size)
+        nbytes = util.parse_bytes(size)
         runs = {c: [] for c in CONFIGS}
         for _ in range(a.repeats):  # configurations interleaved, so drift hits all alike
             for c in CONFIGS:
