@@ -648,7 +648,7 @@ def main():
 
     a.buckets = [int(c) if float(c).is_integer() else c for c in a.buckets]
     name = a.name or "ddp_sweep_" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = a.json or os.path.join(util.RESULTS, name + ".json")
+    path = util.result_path(a.json, name)
     png = a.plot or os.path.join(util.BENCH, "ddp_sweep.png" if a.xccl_device == "cpu"
                                  else f"ddp_sweep_{a.xccl_device}.png")
     meta = metadata({
@@ -688,9 +688,7 @@ def main():
     r["params_ok"] = ok
     if not ok:
         print("\nPARAMETER MISMATCH between xccl and gloo (or across ranks): timings invalid")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
+    util.write_json(path, res)
     print(f"\nwrote {path}")
     try:
         plot(res, png)

@@ -17,7 +17,6 @@ all (compute only, no collective; the steps are the slow rank's, which sets the 
 Usage: python bench/bench_fair.py [--sizes 64K 4M] [--seconds 5] [--repeats 3]
 """
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -127,9 +126,7 @@ def main():
                   f"{m['competitor_loops_per_s'] / 1e6:19.2f} "
                   f"{m['competitor_loops_per_s'] / base['competitor_loops_per_s']:8.2f}")
         out["results"].append({"size": size, "bytes": nbytes, "median": med, "runs": runs})
-    os.makedirs(os.path.dirname(a.json), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(out, f, indent=1)
+    util.write_json(a.json, out)
     print(f"\nwrote {a.json}")
 
 

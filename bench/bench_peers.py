@@ -464,10 +464,8 @@ def rank_main(a):
                                        "per_rank": ds_all},
                "results": results}
         print_report(out)
-        path = a.json or os.path.join(util.RESULTS, a.name + ".json")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
+        path = util.result_path(a.json, a.name)
+        util.write_json(path, out)
         print(f"\nwrote {path}")
         if not a.no_plot:
             png = a.plot or os.path.join(util.BENCH, f"peers_{n}ranks.png")

@@ -13,7 +13,6 @@ Usage: python bench/bench_torch.py --world-sizes 2 4 [--max-bytes 64M] [--json P
 """
 import argparse
 import datetime
-import json
 import math
 import os
 import platform
@@ -422,7 +421,7 @@ def main():
         sizes.append(hi)
     a.sizes = sizes
     name = a.name or "collectives_" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = a.json or os.path.join(util.RESULTS, name + ".json")
+    path = util.result_path(a.json, name)
 
     meta = metadata({"sizes": sizes, "world_sizes": a.world_sizes,
                      "config": {k: v for k, v in vars(a).items() if k != "sizes"},
@@ -449,9 +448,7 @@ def main():
             c.wait()
     out["competitors"] = a.compete
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    util.write_json(path, out)
     print(f"\nwrote {path}")
     return 1 if failed else 0
 

@@ -13,7 +13,6 @@ slowest rank's; the median round is reported, with memcpy bandwidth as the physi
 Usage: python bench/bench_xdev_comm.py [--world-size 2] [--max-bytes 64M] [--json PATH]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -115,10 +114,8 @@ def main():
         print(f"{r['bytes']:>10} {r['cpu_us']:>10.1f} {r['xdev_sync_us']:>10.1f} "
               f"{r['xdev_stream_us']:>10.1f} {r['sync_over_cpu']:>9.3f} "
               f"{r['stream_over_cpu']:>9.3f} {r['sync_minus_cpu_us']:>9.1f}")
-    path = a.json or os.path.join(util.RESULTS, "xdev_comm.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
+    path = util.result_path(a.json, "xdev_comm")
+    util.write_json(path, res)
     print("wrote", path)
 
 

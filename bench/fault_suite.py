@@ -840,7 +840,6 @@ def main(argv=None) -> int:
     print(f"hang {counts['hang']}, wrong {counts['wrong']}, unexpected {counts['unexpected']}, "
           f"late {counts['late']}, invalid {counts['invalid']}")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         meta = {"seed": args.seed, "first": args.first, "runs": len(records),
                 "scenarios": args.scenarios, "transports": transports,
                 "world_sizes": args.world_sizes, "max_bytes": args.max_bytes,
@@ -850,9 +849,8 @@ def main(argv=None) -> int:
                 "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)),
                 "duration_s": round(time.time() - t0, 1), "interrupted": interrupted,
                 "builds": [json.loads(b) for b in builds]}
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "counts": counts, "table": table, "runs": records}, fh,
-                      indent=1)
+        util.write_json(args.json, {"meta": meta, "counts": counts, "table": table,
+                                    "runs": records})
         print(f"wrote {args.json}")
     if interrupted:
         return 130
