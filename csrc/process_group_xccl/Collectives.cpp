@@ -19,12 +19,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::broadcast(std::vector<at::Tenso
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
   size_t n = buf.numel();
-  return launch(
-      op, c10d::OpType::BROADCAST, t, opts.timeout, {t}, {buf}, cb.fn(),
-      [&](const Target& tg) {
-        return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm, tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::BROADCAST,
+                 .inputs = t,
+                 .timeout = opts.timeout,
+                 .outputs = {t},
+                 .keepAlive = {buf},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm,
+                                            tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 namespace {
@@ -75,9 +82,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
     keep.push_back(factor);
   }
   return launch(
-      op, c10d::OpType::ALLREDUCE, t, opts.timeout, {t}, keep, cb.fn(),
-      [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); },
-      blockingCall(opts));
+      {.name = op,
+       .type = c10d::OpType::ALLREDUCE,
+       .inputs = t,
+       .timeout = opts.timeout,
+       .outputs = {t},
+       .keepAlive = keep,
+       .post = cb.fn(),
+       .enqueue = [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); },
+       .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
@@ -101,18 +114,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
     factor = premulFactor(op, opts.reduceOp, tensors[0].scalar_type());
     keep.push_back(factor);
   }
-  return launch(
-      op, c10d::OpType::ALLREDUCE_COALESCED, tensors, opts.timeout, tensors, keep, cb.fn(),
-      [&](const Target& tg) {
-        return grouped([&] {
-          for (const auto& b : bufs) {
-            auto r = enqueueAllreduce(op, b, xop, factor, tg);
-            if (r != xcclSuccess) return r;
-          }
-          return xcclSuccess;
-        });
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::ALLREDUCE_COALESCED,
+                 .inputs = tensors,
+                 .timeout = opts.timeout,
+                 .outputs = tensors,
+                 .keepAlive = keep,
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return grouped([&] {
+                         for (const auto& b : bufs) {
+                           auto r = enqueueAllreduce(op, b, xop, factor, tg);
+                           if (r != xcclSuccess) return r;
+                         }
+                         return xcclSuccess;
+                       });
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>& tensors,
@@ -132,13 +151,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce(std::vector<at::Tensor>&
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
   int root = static_cast<int>(opts.rootRank);
-  return launch(
-      op, c10d::OpType::REDUCE, t, opts.timeout, {t}, {buf, send}, cb.fn(),
-      [&](const Target& tg) {
-        return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop, root, tg.comm,
-                          tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::REDUCE,
+                 .inputs = t,
+                 .timeout = opts.timeout,
+                 .outputs = {t},
+                 .keepAlive = {buf, send},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclReduce(send.data_ptr(), buf.data_ptr(), buf.numel(), dt, xop,
+                                         root, tg.comm, tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
@@ -154,12 +179,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, input.scalar_type());
-  return launch(
-      op, c10d::OpType::_ALLGATHER_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(),
-      [&](const Target& tg) {
-        return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm, tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::_ALLGATHER_BASE,
+                 .inputs = input,
+                 .timeout = opts.timeout,
+                 .outputs = {output},
+                 .keepAlive = {in, out},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, tg.comm,
+                                            tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
@@ -179,12 +211,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
       outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outs[i].sizes()));
     }
   };
-  return launch(
-      op, c10d::OpType::ALLGATHER, in0, opts.timeout, outs, {in, flat}, post,
-      [&](const Target& tg) {
-        return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm, tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::ALLGATHER,
+                 .inputs = in0,
+                 .timeout = opts.timeout,
+                 .outputs = outs,
+                 .keepAlive = {in, flat},
+                 .post = post,
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm,
+                                            tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
@@ -227,9 +266,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_coalesced(
       }
     }
   };
-  return launch(
-      op, c10d::OpType::ALLGATHER_COALESCED, inputs, opts.timeout, outs, keep, post,
-      [&](const Target& tg) { return allGatherEach(op, ins, flats, tg); }, blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::ALLGATHER_COALESCED,
+                 .inputs = inputs,
+                 .timeout = opts.timeout,
+                 .outputs = outs,
+                 .keepAlive = keep,
+                 .post = post,
+                 .enqueue = [&](const Target& tg) { return allGatherEach(op, ins, flats, tg); },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced(
@@ -253,9 +298,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather_into_tensor_coalesced
   }
   keep = ins;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(
-      op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(),
-      [&](const Target& tg) { return allGatherEach(op, ins, outs, tg); }, blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::COALESCED,
+                 .inputs = inputs,
+                 .timeout = opts.timeout,
+                 .outputs = outputs,
+                 .keepAlive = keep,
+                 .post = cb.fn(),
+                 .enqueue = [&](const Target& tg) { return allGatherEach(op, ins, outs, tg); },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
@@ -289,13 +340,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::gather(
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> keep{in};
   if (flat.defined()) keep.push_back(flat);
-  return launch(
-      op, c10d::OpType::GATHER, in0, opts.timeout, outs, keep, post,
-      [&](const Target& tg) {
-        return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt, root, tg.comm,
-                          tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::GATHER,
+                 .inputs = in0,
+                 .timeout = opts.timeout,
+                 .outputs = outs,
+                 .keepAlive = keep,
+                 .post = post,
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, dt,
+                                         root, tg.comm, tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
@@ -325,13 +382,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::scatter(
   std::vector<at::Tensor> keep{out};
   if (flat.defined()) keep.push_back(flat);
   auto rootInputs = isRoot ? c10::ArrayRef<at::Tensor>(inputs[0]) : c10::ArrayRef<at::Tensor>();
-  return launch(
-      op, c10d::OpType::SCATTER, rootInputs, opts.timeout, {out0}, keep, cb.fn(),
-      [&](const Target& tg) {
-        return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dt,
-                           root, tg.comm, tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::SCATTER,
+                 .inputs = rootInputs,
+                 .timeout = opts.timeout,
+                 .outputs = {out0},
+                 .keepAlive = keep,
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclScatter(isRoot ? flat.data_ptr() : nullptr, out.data_ptr(),
+                                          out.numel(), dt, root, tg.comm, tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 namespace {
@@ -361,13 +424,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   CopyBack cb;
   cb.add(out0, out);
   auto dt = toXcclType(op, out.scalar_type());
-  return launch(
-      op, c10d::OpType::REDUCE_SCATTER, inputs[0], opts.timeout, {out0}, {send, out}, cb.fn(),
-      [&](const Target& tg) {
-        return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm,
-                                 tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::REDUCE_SCATTER,
+                 .inputs = inputs[0],
+                 .timeout = opts.timeout,
+                 .outputs = {out0},
+                 .keepAlive = {send, out},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt,
+                                                xop, tg.comm, tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
@@ -385,13 +454,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(
   CopyBack cb;
   cb.add(output, out);
   auto dt = toXcclType(op, out.scalar_type());
-  return launch(
-      op, c10d::OpType::_REDUCE_SCATTER_BASE, input, opts.timeout, {output}, {send, out}, cb.fn(),
-      [&](const Target& tg) {
-        return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt, xop, tg.comm,
-                                 tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::_REDUCE_SCATTER_BASE,
+                 .inputs = input,
+                 .timeout = opts.timeout,
+                 .outputs = {output},
+                 .keepAlive = {send, out},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclReduceScatter(send.data_ptr(), out.data_ptr(), out.numel(), dt,
+                                                xop, tg.comm, tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced(
@@ -418,20 +493,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter_tensor_coalesced
   }
   keep = sends;
   keep.insert(keep.end(), outs.begin(), outs.end());
-  return launch(
-      op, c10d::OpType::COALESCED, inputs, opts.timeout, outputs, keep, cb.fn(),
-      [&](const Target& tg) {
-        return grouped([&] {
-          for (size_t i = 0; i < sends.size(); ++i) {
-            auto r = xcclReduceScatter(sends[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
-                                       toXcclType(op, outs[i].scalar_type()), xops[i], tg.comm,
-                                       tg.stream);
-            if (r != xcclSuccess) return r;
-          }
-          return xcclSuccess;
-        });
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::COALESCED,
+                 .inputs = inputs,
+                 .timeout = opts.timeout,
+                 .outputs = outputs,
+                 .keepAlive = keep,
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return grouped([&] {
+                         for (size_t i = 0; i < sends.size(); ++i) {
+                           auto r = xcclReduceScatter(
+                               sends[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
+                               toXcclType(op, outs[i].scalar_type()), xops[i], tg.comm, tg.stream);
+                           if (r != xcclSuccess) return r;
+                         }
+                         return xcclSuccess;
+                       });
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 namespace {
@@ -489,17 +570,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall_base(at::Tensor& outpu
                 ": input and output must have the same number of elements, got ", input.numel(),
                 " and ", output.numel());
   }
-  return launch(
-      op, c10d::OpType::ALLTOALL_BASE, input, opts.timeout, {output}, {in, out}, cb.fn(),
-      [&](const Target& tg) {
-        if (even) {
-          return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt, tg.comm,
-                              tg.stream);
-        }
-        return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(),
-                             rd.data(), dt, tg.comm, tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::ALLTOALL_BASE,
+                 .inputs = input,
+                 .timeout = opts.timeout,
+                 .outputs = {output},
+                 .keepAlive = {in, out},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       if (even) {
+                         return xcclAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size, dt,
+                                             tg.comm, tg.stream);
+                       }
+                       return xcclAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(),
+                                            rc.data(), rd.data(), dt, tg.comm, tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor>& outputs,
@@ -536,13 +623,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::alltoall(std::vector<at::Tensor
     }
   };
   auto dt = toXcclType(op, inputs[0].scalar_type());
-  return launch(
-      op, c10d::OpType::ALLTOALL, inputs, opts.timeout, outputs, {flatIn, flatOut}, post,
-      [&](const Target& tg) {
-        return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(), flatOut.data_ptr(), rc.data(),
-                             rd.data(), dt, tg.comm, tg.stream);
-      },
-      blockingCall(opts));
+  return launch({.name = op,
+                 .type = c10d::OpType::ALLTOALL,
+                 .inputs = inputs,
+                 .timeout = opts.timeout,
+                 .outputs = outputs,
+                 .keepAlive = {flatIn, flatOut},
+                 .post = post,
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclAllToAllv(flatIn.data_ptr(), sc.data(), sd.data(),
+                                            flatOut.data_ptr(), rc.data(), rd.data(), dt, tg.comm,
+                                            tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& tensors, int dstRank,
@@ -554,9 +648,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::send(std::vector<at::Tensor>& t
   at::Tensor buf = contig(t);
   auto dt = toXcclType(op, t.scalar_type());
   // Tags are not part of libxccl's matching: messages between two ranks match in order.
-  return launch(op, c10d::OpType::SEND, t, kNoTimeout, {t}, {buf}, nullptr, [&](const Target& tg) {
-    return xcclSend(buf.data_ptr(), buf.numel(), dt, dstRank, tg.comm, tg.stream);
-  });
+  return launch({.name = op,
+                 .type = c10d::OpType::SEND,
+                 .inputs = t,
+                 .timeout = kNoTimeout,
+                 .outputs = {t},
+                 .keepAlive = {buf},
+                 .enqueue = [&](const Target& tg) {
+                   return xcclSend(buf.data_ptr(), buf.numel(), dt, dstRank, tg.comm, tg.stream);
+                 }});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recv(std::vector<at::Tensor>& tensors, int srcRank,
@@ -569,9 +669,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recv(std::vector<at::Tensor>& t
   CopyBack cb;
   cb.add(t, buf);
   auto dt = toXcclType(op, t.scalar_type());
-  return launch(op, c10d::OpType::RECV, {}, kNoTimeout, {t}, {buf}, cb.fn(), [&](const Target& tg) {
-    return xcclRecv(buf.data_ptr(), buf.numel(), dt, srcRank, tg.comm, tg.stream);
-  });
+  return launch({.name = op,
+                 .type = c10d::OpType::RECV,
+                 .inputs = {},
+                 .timeout = kNoTimeout,
+                 .outputs = {t},
+                 .keepAlive = {buf},
+                 .post = cb.fn(),
+                 .enqueue = [&](const Target& tg) {
+                   return xcclRecv(buf.data_ptr(), buf.numel(), dt, srcRank, tg.comm, tg.stream);
+                 }});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -585,12 +692,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::recvAnysource(std::vector<at::T
   int* peer = nullptr;
   LaunchExtra extra;
   extra.peerSlot = &peer;
-  return launch(
-      op, c10d::OpType::RECVANYSOURCE, {}, kNoTimeout, {t}, {buf}, cb.fn(),
-      [&](const Target& tg) {
-        return xcclRecvAny(buf.data_ptr(), buf.numel(), dt, peer, tg.comm, tg.stream);
-      },
-      extra);
+  return launch({.name = op,
+                 .type = c10d::OpType::RECVANYSOURCE,
+                 .inputs = {},
+                 .timeout = kNoTimeout,
+                 .outputs = {t},
+                 .keepAlive = {buf},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclRecvAny(buf.data_ptr(), buf.numel(), dt, peer, tg.comm,
+                                          tg.stream);
+                     },
+                 .extra = extra});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::barrier(const c10d::BarrierOptions& opts) {
@@ -621,9 +735,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::barrier(const c10d::BarrierOpti
     extra.device = inUse;
   }
   extra.callerWaits = !opts.asyncOp;
-  return launch(
-      "barrier", c10d::OpType::BARRIER, {}, opts.timeout, {}, {}, nullptr,
-      [&](const Target& tg) { return xcclBarrier(tg.comm, tg.stream); }, extra);
+  return launch({.name = "barrier",
+                 .type = c10d::OpType::BARRIER,
+                 .timeout = opts.timeout,
+                 .enqueue = [&](const Target& tg) { return xcclBarrier(tg.comm, tg.stream); },
+                 .extra = extra});
 }
 
 void ProcessGroupXCCL::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
