@@ -20,10 +20,11 @@
 //
 // Files: Utils (knobs, errors, checks, staging, store adapter), Work (WorkXCCL, CommState),
 // ProcessGroupXCCL.cpp (construction, teardown), Launch (launch, coalescing), Completion (the
-// completion thread), Collectives,
-// DeviceComms (the xdev communicator, eager init, split), DeviceStreams (xdev streams and
-// events), DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), FlightRecorder and FlightDump (the last N
-// operations, dumped on failure, SIGUSR1 or demand), Bindings (the pybind11 module).
+// completion thread), the collectives: Reductions, GatherScatter, AllToAll, PointToPoint and
+// Barriers; DeviceComms (the xdev communicator, eager init, split), DeviceStreams (xdev
+// streams and events), DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), FlightRecorder and FlightDump
+// (the last N operations, dumped on failure, SIGUSR1 or demand), Bindings (the pybind11
+// module).
 #pragma once
 
 #include <atomic>
