@@ -140,8 +140,7 @@ def sources(name, folder):
 
 ext = CppExtension(
     name="torch_xccl._C",
-    # the backend: one concern per file (Utils, Work, ProcessGroupXCCL, Collectives,
-    # DesyncDebug, FlightRecorder, FlightDump, Bindings)
+    # the backend: one concern per file (ProcessGroupXCCL.hpp lists them)
     sources=sources("_C", os.path.join("csrc", "process_group_xccl")),
     include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include"),
                   os.path.join(ROOT, "csrc", "xdev", "include")],
