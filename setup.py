@@ -11,7 +11,7 @@ Layout produced:  torch_xccl/_C*.so and torch_xccl/_xdev_C*.so  (rpath $ORIGIN/l
                   torch_xccl/bin/xccl-topo (where CLI11 is installed; the `xccl-topo` command)
 
 Two extensions: torch_xccl._C (the c10d backend, links libxccl) and torch_xccl._xdev_C (the
-xdev device inside torch through PrivateUse1, csrc/device/torch/, links only libxdev).
+xdev device inside torch through PrivateUse1, csrc/torch_xdev/, links only libxdev).
 """
 import glob
 import os
@@ -140,11 +140,10 @@ def sources(name, folder):
 
 ext = CppExtension(
     name="torch_xccl._C",
-    # the backend: one concern per file (Utils, Work, ProcessGroupXCCL, Collectives,
-    # DesyncDebug, FlightRecorder, FlightDump, Bindings)
+    # the backend: one concern per file (ProcessGroupXCCL.hpp lists them)
     sources=sources("_C", os.path.join("csrc", "process_group_xccl")),
     include_dirs=[os.path.join(ROOT, "csrc", "collectives", "include"),
-                  os.path.join(ROOT, "csrc", "device", "xdev", "include")],
+                  os.path.join(ROOT, "csrc", "xdev", "include")],
     library_dirs=[CORE_BUILD],
     libraries=["xccl", "xdev"],
     extra_compile_args=OPT,
@@ -154,8 +153,8 @@ ext = CppExtension(
 # The xdev device (PrivateUse1): includes torch and the runtime header, never the collectives.
 xdev_ext = CppExtension(
     name="torch_xccl._xdev_C",
-    sources=sources("_xdev_C", os.path.join("csrc", "device", "torch")),
-    include_dirs=[os.path.join(ROOT, "csrc", "device", "xdev", "include")],
+    sources=sources("_xdev_C", os.path.join("csrc", "torch_xdev")),
+    include_dirs=[os.path.join(ROOT, "csrc", "xdev", "include")],
     library_dirs=[CORE_BUILD],
     libraries=["xdev"],
     extra_compile_args=OPT,

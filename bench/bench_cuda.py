@@ -22,8 +22,9 @@ import traceback
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch import fmt_bytes, init_groups, launch, metadata, parse_bytes  # noqa: E402
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_torch import init_groups, launch, metadata  # noqa: E402
 
 
 def sizes(max_bytes):
@@ -147,7 +148,7 @@ def one_rank_latency(rank, world, port, q, a):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("1G"))
+    p.add_argument("--max-bytes", type=util.parse_bytes, default=util.parse_bytes("1G"))
     p.add_argument("--pg-timeout", type=float, default=300)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--no-nccl", action="store_true", help="do not run NCCL beside it")
@@ -159,7 +160,7 @@ def main():
     print(f"# {r['device']}, {a.world_size} ranks, allreduce float32 (busbw GB/s)")
     print(f"{'size':>8} {'xccl':>9} {'gloo':>9} {'copy':>9} {'xccl/copy':>9} {'xccl/gloo':>9}")
     for row in r["rows"]:
-        print(f"{fmt_bytes(row['bytes']):>8} {row['xccl_busbw_GBs']:9.1f} "
+        print(f"{util.fmt_bytes(row['bytes']):>8} {row['xccl_busbw_GBs']:9.1f} "
               f"{row['gloo_busbw_GBs']:9.2f} {row['copy_GBs']:9.1f} "
               f"{row['xccl_busbw_GBs'] / row['copy_GBs']:9.2f} "
               f"{row['gloo_s'] / row['xccl_s']:9.1f}")
@@ -176,7 +177,7 @@ def main():
         n = r["nccl"]
         if "rows" in n:
             print(f"NCCL, same {a.world_size} ranks (busbw GB/s): " + ", ".join(
-                f"{fmt_bytes(x['bytes'])} {x['nccl_busbw_GBs']:.1f}" for x in n["rows"]))
+                f"{util.fmt_bytes(x['bytes'])} {x['nccl_busbw_GBs']:.1f}" for x in n["rows"]))
             print(f"NCCL 8 B allreduce, synchronized: {n['latency_8B_us']:.1f} us")
         else:
             print(f"NCCL at {a.world_size} ranks: {n.get('refused') or n.get('failed')}")

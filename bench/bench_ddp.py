@@ -17,7 +17,6 @@ Usage: python bench/bench_ddp.py [--world-size 2] [--steps 100] [--xccl-device c
 """
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -29,8 +28,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch import BACKENDS, HERE, init_groups, launch, metadata  # noqa: E402
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_torch import BACKENDS, init_groups, launch, metadata  # noqa: E402
 
 
 class SmallCNN(nn.Module):
@@ -155,7 +155,7 @@ def main():
     p.add_argument("--json", default=None, help="default bench/results/<name>.json")
     a = p.parse_args()
     name = a.name or "ddp_" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = a.json or os.path.join(HERE, "results", name + ".json")
+    path = util.result_path(a.json, name)
 
     meta = metadata({"config": vars(a), "model": "SmallCNN (3 conv+relu+maxpool, 2 linear), "
                      "SGD momentum 0.9, cross-entropy, torch.set_num_threads(1) per rank",
@@ -190,9 +190,7 @@ def main():
           f"{'OK' if ok else 'MISMATCH: timings invalid'}")
     r["params_ok"] = ok
     out = {"kind": "ddp", "meta": meta, "result": r}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    util.write_json(path, out)
     print(f"\nwrote {path}")
     return 0 if ok else 1
 

@@ -69,9 +69,10 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_ddp import SmallCNN  # noqa: E402
-from bench_torch import BACKENDS, HERE, init_groups, launch, median, metadata  # noqa: E402
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_ddp import SmallCNN  # noqa: E402
+from bench.bench_torch import BACKENDS, init_groups, launch, median, metadata  # noqa: E402
 
 BUCKETS_MB = [1, 2, 5, 10, 25, 50, 100]
 # no buffer broadcast in every forward: torch 2.13 calls it forward_sync_buffers=False and warns
@@ -639,7 +640,7 @@ def main():
             res = json.load(f)
         print_table(res)
         dev = res["meta"]["config"]["xccl_device"]
-        path = a.plot or os.path.join(HERE, "ddp_sweep.png" if dev == "cpu"
+        path = a.plot or os.path.join(util.BENCH, "ddp_sweep.png" if dev == "cpu"
                                       else f"ddp_sweep_{dev}.png")
         plot(res, path)
         print(f"\nwrote {path}")
@@ -647,8 +648,8 @@ def main():
 
     a.buckets = [int(c) if float(c).is_integer() else c for c in a.buckets]
     name = a.name or "ddp_sweep_" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = a.json or os.path.join(HERE, "results", name + ".json")
-    png = a.plot or os.path.join(HERE, "ddp_sweep.png" if a.xccl_device == "cpu"
+    path = util.result_path(a.json, name)
+    png = a.plot or os.path.join(util.BENCH, "ddp_sweep.png" if a.xccl_device == "cpu"
                                  else f"ddp_sweep_{a.xccl_device}.png")
     meta = metadata({
         "config": vars(a),
@@ -687,9 +688,7 @@ def main():
     r["params_ok"] = ok
     if not ok:
         print("\nPARAMETER MISMATCH between xccl and gloo (or across ranks): timings invalid")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
+    util.write_json(path, res)
     print(f"\nwrote {path}")
     try:
         plot(res, png)

@@ -17,7 +17,6 @@ all (compute only, no collective; the steps are the slow rank's, which sets the 
 Usage: python bench/bench_fair.py [--sizes 64K 4M] [--seconds 5] [--repeats 3]
 """
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -27,9 +26,9 @@ import time
 import torch
 import torch.distributed as dist
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from bench_torch import launch, parse_bytes  # noqa: E402
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_torch import launch  # noqa: E402
 
 CONFIGS = {
     "none": ("gloo", {}),  # compute only: the ceiling
@@ -102,12 +101,12 @@ def main():
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3, help="launches per configuration (median)")
     ap.add_argument("--dim", type=int, default=192, help="matmul size of the compute step")
-    ap.add_argument("--json", default=os.path.join(HERE, "results", "fair.json"))
+    ap.add_argument("--json", default=os.path.join(util.RESULTS, "fair.json"))
     a = ap.parse_args()
     out = {"kind": "fair", "args": vars(a), "date": time.strftime("%Y-%m-%d %H:%M"),
            "cpus": len(os.sched_getaffinity(0)), "results": []}
     for size in a.sizes:
-        nbytes = parse_bytes(size)
+        nbytes = util.parse_bytes(size)
         runs = {c: [] for c in CONFIGS}
         for _ in range(a.repeats):  # configurations interleaved, so drift hits all alike
             for c in CONFIGS:
@@ -127,9 +126,7 @@ def main():
                   f"{m['competitor_loops_per_s'] / 1e6:19.2f} "
                   f"{m['competitor_loops_per_s'] / base['competitor_loops_per_s']:8.2f}")
         out["results"].append({"size": size, "bytes": nbytes, "median": med, "runs": runs})
-    os.makedirs(os.path.dirname(a.json), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(out, f, indent=1)
+    util.write_json(a.json, out)
     print(f"\nwrote {a.json}")
 
 

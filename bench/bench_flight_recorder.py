@@ -15,12 +15,12 @@ Usage: python bench/bench_flight_recorder.py [--iters 200000] [--repeats 7] [--r
 import argparse
 import datetime
 import os
-import socket
 import statistics
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
 
 
 def in_process(iters, repeats):
@@ -38,12 +38,6 @@ def in_process(iters, repeats):
         runs = [torch_xccl._C._flight_recorder_cost(iters, ins, outs) for _ in range(repeats)]
         rows.append((name, statistics.median(runs), min(runs)))
     return rows
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 WORKER = r"""
@@ -68,7 +62,7 @@ dist.destroy_process_group()
 
 
 def one_run(size, iters):
-    port = _free_port()
+    port = util.free_port()
     env = dict(os.environ, TORCH_XCCL_TRACE_BUFFER_SIZE=str(size), OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r), str(port), str(iters)],
                               stdout=subprocess.PIPE, text=True, env=env) for r in range(2)]

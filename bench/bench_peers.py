@@ -57,7 +57,6 @@ import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 UNDER_MPI = "OMPI_COMM_WORLD_SIZE" in os.environ
 
 # Must precede importing torch (and DeepSpeed's OpenMP op, which reads OMP_NUM_THREADS when
@@ -71,9 +70,9 @@ if UNDER_MPI:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, HERE)
-from bench_torch import (BUS_FACTOR, fmt_bytes, free_port, median, metadata,  # noqa: E402
-                         parse_bytes)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_torch import BUS_FACTOR, median, metadata  # noqa: E402
 
 SYSTEMS = ["gloo", "xccl", "ds_shm", "mpi"]
 PEERS = ["gloo", "ds_shm", "mpi"]
@@ -171,7 +170,7 @@ class Peers:
         import torch.distributed as dist
         self.a, self.comm, self.MPI, self.dist = a, comm, MPI, dist
         self.rank, self.n = comm.Get_rank(), comm.Get_size()
-        port = comm.bcast(free_port() if self.rank == 0 else None, root=0)
+        port = comm.bcast(util.free_port() if self.rank == 0 else None, root=0)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(self.rank),
                           WORLD_SIZE=str(self.n),
                           LOCAL_RANK=os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(self.rank)))
@@ -388,7 +387,7 @@ def rank_main(a):
                 systems = [s for s in systems if s != "ds_shm"]
                 del errs["ds_shm"]
                 if rank == 0:
-                    loud(f"DeepSpeed left its shm path at {fmt_bytes(nbytes)}: DeepSpeed is "
+                    loud(f"DeepSpeed left its shm path at {util.fmt_bytes(nbytes)}: DeepSpeed is "
                          "NOT timed from this size on", peers.ds_check["reasons"])
         iters = iters_for(count * 4, a)
         for s in systems:
@@ -432,7 +431,7 @@ def rank_main(a):
                                                    / row["systems"][best]["time_us"])
             results.append(row)
             if a.progress:
-                print("  " + fmt_bytes(count * 4).rjust(6) + "  " + "  ".join(
+                print("  " + util.fmt_bytes(count * 4).rjust(6) + "  " + "  ".join(
                     f"{s} {row['systems'][s]['time_us']:.1f} us" for s in systems), flush=True)
     elapsed = time.perf_counter() - t_start
 
@@ -465,13 +464,11 @@ def rank_main(a):
                                        "per_rank": ds_all},
                "results": results}
         print_report(out)
-        path = a.json or os.path.join(HERE, "results", a.name + ".json")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
+        path = util.result_path(a.json, a.name)
+        util.write_json(path, out)
         print(f"\nwrote {path}")
         if not a.no_plot:
-            png = a.plot or os.path.join(HERE, f"peers_{n}ranks.png")
+            png = a.plot or os.path.join(util.BENCH, f"peers_{n}ranks.png")
             plot(out, png)
             print(f"wrote {png}")
         wrong = any(not v["correct"] for r in results for v in r["systems"].values())
@@ -518,11 +515,11 @@ def print_report(out):
               f"{'busbw':>8} {'memcpy':>8} {'bus/mem':>7}  ok")
         for r in rows:
             if s not in r["systems"]:
-                print(f"  {fmt_bytes(r['bytes']):>8} {r['count']:>10}  not measured")
+                print(f"  {util.fmt_bytes(r['bytes']):>8} {r['count']:>10}  not measured")
                 continue
             v = r["systems"][s]
             ok = "ok" if v["correct"] else f"WRONG (max err {v['max_abs_err']:.3g})"
-            print(f"  {fmt_bytes(r['bytes']):>8} {r['count']:>10} {r['iters']:>5} "
+            print(f"  {util.fmt_bytes(r['bytes']):>8} {r['count']:>10} {r['iters']:>5} "
                   f"{v['time_us']:10.1f} {v['algbw_GBps']:8.3f} {v['busbw_GBps']:8.3f} "
                   f"{r['memcpy_GBps']:8.2f} {v['busbw_over_memcpy']:7.3f}  {ok}")
         print()
@@ -531,7 +528,7 @@ def print_report(out):
     head = f"  {'size':>8} {'memcpy us':>9}" + "".join(f" {s:>10}" for s in systems)
     print(head + f" {'best peer':>10} {'xccl/best':>9}")
     for r in rows:
-        line = f"  {fmt_bytes(r['bytes']):>8} {r['memcpy_us']:9.2f}"
+        line = f"  {util.fmt_bytes(r['bytes']):>8} {r['memcpy_us']:9.2f}"
         for s in systems:
             v = r["systems"].get(s)
             line += (f" {'-':>10}" if v is None else f" {v['time_us']:10.1f}" if v["correct"]
@@ -637,7 +634,7 @@ def main():
         with open(a.plot_only) as f:
             out = json.load(f)
         print_report(out)
-        png = a.plot or os.path.join(HERE, f"peers_{out['world_size']}ranks.png")
+        png = a.plot or os.path.join(util.BENCH, f"peers_{out['world_size']}ranks.png")
         plot(out, png)
         print(f"wrote {png}")
         return 0
@@ -645,11 +642,11 @@ def main():
     a.world_size_given = a.world_size is not None
     if a.world_size is None:
         a.world_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 2))
-    sizes = [parse_bytes(s) for s in a.sizes.split(",") if s.strip()]
+    sizes = [util.parse_bytes(s) for s in a.sizes.split(",") if s.strip()]
     if a.max_bytes:
-        sizes = [s for s in sizes if s <= parse_bytes(a.max_bytes)]
+        sizes = [s for s in sizes if s <= util.parse_bytes(a.max_bytes)]
     a.sizes = [max(4, s // 4 * 4) for s in sizes]
-    a.round_bytes = parse_bytes(a.round_bytes)
+    a.round_bytes = util.parse_bytes(a.round_bytes)
     a.name = a.name or f"peers_{a.world_size}ranks_" + \
         datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 

@@ -13,11 +13,9 @@ Usage: python bench/bench_torch.py --world-sizes 2 4 [--max-bytes 64M] [--json P
 """
 import argparse
 import datetime
-import json
 import math
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,7 +26,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+
 COLLECTIVES = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
 BACKENDS = ["xccl", "gloo"]
 # nccl-tests bus-bandwidth factors
@@ -54,29 +54,6 @@ API_NAMES = {
 
 # ----------------------------------------------------------------------------------------------
 # helpers shared with bench_ddp.py
-
-def parse_bytes(s):
-    s = str(s).strip().upper().rstrip("B")
-    mult = 1
-    for suf, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if s.endswith(suf):
-            s, mult = s[:-1], m
-            break
-    return int(float(s) * mult)
-
-
-def fmt_bytes(n):
-    for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= m and n % m == 0:
-            return f"{n // m}{unit}"
-    return f"{n}B"
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def metadata(extra=None):
     try:
@@ -120,7 +97,7 @@ def launch(fn, world_size, fn_args, timeout_s):
     with an error, every rank is killed and RuntimeError is raised (a hang never stalls)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = free_port()
+    port = util.free_port()
     procs = [ctx.Process(target=fn, args=(r, world_size, port, q) + tuple(fn_args), daemon=True)
              for r in range(world_size)]
     for p in procs:
@@ -356,7 +333,7 @@ def coll_worker(rank, world_size, port, q, a):
                                                         / row["gloo"]["time_us"])
                     results.append(row)
                     if a.progress:
-                        print(f"  [n={n}] {coll:<14} {fmt_bytes(nbytes):>8}  "
+                        print(f"  [n={n}] {coll:<14} {util.fmt_bytes(nbytes):>8}  "
                               f"xccl {row['xccl']['time_us']:10.1f} us  "
                               f"gloo {row['gloo']['time_us']:10.1f} us", flush=True)
         elapsed = time.perf_counter() - t_start
@@ -379,7 +356,7 @@ def print_memcpy(rows):
     print("Single-thread memcpy (physical limit), best of several, GB/s of bytes copied:")
     print(f"  {'size':>8} {'torch copy_':>12} {'numpy.copyto':>13} {'best':>8}")
     for r in rows:
-        print(f"  {fmt_bytes(r['bytes']):>8} {r['torch_GBps']:12.2f} {r['numpy_GBps']:13.2f} "
+        print(f"  {util.fmt_bytes(r['bytes']):>8} {r['torch_GBps']:12.2f} {r['numpy_GBps']:13.2f} "
               f"{r['best_GBps']:8.2f}")
 
 
@@ -399,7 +376,7 @@ def print_run(run, cpus):
             x, g = r["xccl"], r["gloo"]
             ok = "y" if x["correct"] and g["correct"] else \
                 f"WRONG(x={x['max_abs_err']:.3g},g={g['max_abs_err']:.3g})"
-            print(f"  {fmt_bytes(r['bytes']):>8} {r['count']:>10} | {x['time_us']:10.1f} "
+            print(f"  {util.fmt_bytes(r['bytes']):>8} {r['count']:>10} | {x['time_us']:10.1f} "
                   f"{x['algbw_GBps']:7.3f} {x['busbw_GBps']:7.3f} | {g['time_us']:10.1f} "
                   f"{g['algbw_GBps']:7.3f} {g['busbw_GBps']:7.3f} | "
                   f"{r['ratio_busbw_xccl_over_gloo']:9.2f} {r['ratio_time_xccl_over_gloo']:8.2f} "
@@ -434,8 +411,8 @@ def main():
                    help="no per-size progress lines")
     a = p.parse_args()
 
-    lo, hi = parse_bytes(a.min_bytes), parse_bytes(a.max_bytes)
-    a.round_bytes = parse_bytes(a.round_bytes)
+    lo, hi = util.parse_bytes(a.min_bytes), util.parse_bytes(a.max_bytes)
+    a.round_bytes = util.parse_bytes(a.round_bytes)
     sizes, s = [], lo
     while s <= hi:
         sizes.append(s)
@@ -444,7 +421,7 @@ def main():
         sizes.append(hi)
     a.sizes = sizes
     name = a.name or "collectives_" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = a.json or os.path.join(HERE, "results", name + ".json")
+    path = util.result_path(a.json, name)
 
     meta = metadata({"sizes": sizes, "world_sizes": a.world_sizes,
                      "config": {k: v for k, v in vars(a).items() if k != "sizes"},
@@ -471,9 +448,7 @@ def main():
             c.wait()
     out["competitors"] = a.compete
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    util.write_json(path, out)
     print(f"\nwrote {path}")
     return 1 if failed else 0
 

@@ -19,8 +19,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+util.use_test_helpers()
 import netns  # noqa: E402  (the tests' namespace helper)
 
 SIZES = [8, 1 << 20, 64 << 20]

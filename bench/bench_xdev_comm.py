@@ -13,7 +13,6 @@ slowest rank's; the median round is reported, with memcpy bandwidth as the physi
 Usage: python bench/bench_xdev_comm.py [--world-size 2] [--max-bytes 64M] [--json PATH]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,8 +22,9 @@ import traceback
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch import HERE, init_groups, launch, measure_memcpy, metadata, parse_bytes  # noqa: E402
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.bench_torch import init_groups, launch, measure_memcpy, metadata  # noqa: E402
 
 MODES = ["cpu", "xdev_sync", "xdev_stream"]
 
@@ -97,7 +97,7 @@ def worker(rank, world, port, q, a):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("64M"))
+    p.add_argument("--max-bytes", type=util.parse_bytes, default=util.parse_bytes("64M"))
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--warmup-rounds", type=int, default=2)
     p.add_argument("--pg-timeout", type=float, default=300)
@@ -114,10 +114,8 @@ def main():
         print(f"{r['bytes']:>10} {r['cpu_us']:>10.1f} {r['xdev_sync_us']:>10.1f} "
               f"{r['xdev_stream_us']:>10.1f} {r['sync_over_cpu']:>9.3f} "
               f"{r['stream_over_cpu']:>9.3f} {r['sync_minus_cpu_us']:>9.1f}")
-    path = a.json or os.path.join(HERE, "results", "xdev_comm.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
+    path = util.result_path(a.json, "xdev_comm")
+    util.write_json(path, res)
     print("wrote", path)
 
 

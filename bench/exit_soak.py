@@ -17,8 +17,9 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+util.use_test_helpers()
 
 import workers_reliability  # noqa: E402
 from harness import WorldFailed, run_world  # noqa: E402

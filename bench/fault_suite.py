@@ -68,19 +68,17 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-sys.path.insert(0, HERE)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+from bench.fault_suite_worker import EV  # noqa: E402  (the event lines' prefix)
 
-from fault_suite_worker import EV  # noqa: E402  (the event lines' prefix)
+util.use_test_helpers()  # netns, the tests' namespace helper
 
 SCENARIOS = ["none", "late", "kill", "stop", "absent", "cut", "mismatch"]
 OUTCOMES = ["ok", "raised", "late", "unexpected", "wrong", "hang", "invalid"]
@@ -97,12 +95,6 @@ MISMATCH_WORDS = re.compile(r"mismatch|\(the dtypes differ\)")
 
 
 # ====================================================================== planning
-
-def parse_bytes(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20}.get(s[-1:], 1)
-    return int(float(s.rstrip("KM")) * mult)
-
 
 def draw_op(rng: random.Random, world: int, max_bytes: int) -> dict:
     kind = rng.choice(KINDS)
@@ -297,12 +289,6 @@ def wait_until(cond: threading.Condition, pred, deadline: float) -> bool:
     return True
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def rank_env(spec: dict, rank: int, master: str, port: int, args) -> dict:
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(spec["world"]), MASTER_ADDR=master,
                MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
@@ -361,7 +347,7 @@ def trigger(spec: dict, ranks: list[Rank], cond, deadline: float):
 def start_ranks(spec, ranks, hs, port, args, cond) -> None:
     f = spec["fault"]
     master = hs[spec["hosts"][0]].addr if hs else "127.0.0.1"
-    cmd = [sys.executable, "-u", os.path.join(HERE, "fault_suite_worker.py")]
+    cmd = [sys.executable, "-u", os.path.join(util.BENCH, "fault_suite_worker.py")]
     late = f["rank"] if f["kind"] == "late_start" else None
     for r in ranks:
         if r.rank != late:
@@ -379,7 +365,7 @@ def orchestrate(spec: dict, ranks: list[Rank], hs, args) -> dict:
     cond = ranks[0].cond
     sc, f = spec["scenario"], spec["fault"]
     tl = {"t_start": time.monotonic(), "injected": False}
-    start_ranks(spec, ranks, hs, 29500 if hs else free_port(), args, cond)
+    start_ranks(spec, ranks, hs, 29500 if hs else util.free_port(), args, cond)
     victim = ranks[f["rank"]] if sc in ("kill", "stop", "absent") else None
     survivors = [r for r in ranks if r is not victim]
     bound = bound_of(spec, args)
@@ -763,7 +749,7 @@ def parse_args(argv=None):
     ap.add_argument("--devices", default="cpu,xdev",
                     help="where the ranks' tensors live, drawn per run (xdev: every collective "
                          "ordered on a stream; its result read back with .cpu())")
-    ap.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("4M"))
+    ap.add_argument("--max-bytes", type=util.parse_bytes, default=util.parse_bytes("4M"))
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (1: bounds are timings)")
     ap.add_argument("--keep-going", action="store_true", help="go on after a failed run")
     ap.add_argument("--pg-timeout", type=float, default=15.0, help="group timeout, s")
@@ -777,8 +763,8 @@ def parse_args(argv=None):
                     help="seconds past a bound before a rank still running is killed (hang)")
     ap.add_argument("--run-timeout", type=float, default=120.0,
                     help="hard limit of a no-fault run, and of reaching a fault's moment")
-    ap.add_argument("--json", default=os.path.join(HERE, "results", "fault_suite.json"))
-    ap.add_argument("--logs", default=os.path.join(HERE, "results", "fault_suite_logs"),
+    ap.add_argument("--json", default=os.path.join(util.RESULTS, "fault_suite.json"))
+    ap.add_argument("--logs", default=os.path.join(util.RESULTS, "fault_suite_logs"),
                     help="where logs of runs not ok/raised go ('' for nowhere)")
     ap.add_argument("--all-logs", action="store_true", help="keep the logs of every run")
     ap.add_argument("--no-stacks", dest="stacks", action="store_false",
@@ -854,7 +840,6 @@ def main(argv=None) -> int:
     print(f"hang {counts['hang']}, wrong {counts['wrong']}, unexpected {counts['unexpected']}, "
           f"late {counts['late']}, invalid {counts['invalid']}")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         meta = {"seed": args.seed, "first": args.first, "runs": len(records),
                 "scenarios": args.scenarios, "transports": transports,
                 "world_sizes": args.world_sizes, "max_bytes": args.max_bytes,
@@ -864,9 +849,8 @@ def main(argv=None) -> int:
                 "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)),
                 "duration_s": round(time.time() - t0, 1), "interrupted": interrupted,
                 "builds": [json.loads(b) for b in builds]}
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "counts": counts, "table": table, "runs": records}, fh,
-                      indent=1)
+        util.write_json(args.json, {"meta": meta, "counts": counts, "table": table,
+                                    "runs": records})
         print(f"wrote {args.json}")
     if interrupted:
         return 130

@@ -18,11 +18,12 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+util.use_test_helpers()
 
 import workers_restart  # noqa: E402
-from harness import WorldFailed, free_port, run_world  # noqa: E402
+from harness import WorldFailed, run_world  # noqa: E402
 
 
 def main():
@@ -41,7 +42,7 @@ def main():
                 t0 = time.monotonic()
                 try:
                     res = run_world(workers_restart.reinit_cycles, world, init=False,
-                                    timeout=60 + args.cycles * 3, port=free_port(),
+                                    timeout=60 + args.cycles * 3, port=util.free_port(),
                                     cycles=args.cycles, device=device, mode=mode,
                                     timeout_s=args.timeout)
                     ok = min(r["ok"] for r in res)

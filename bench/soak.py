@@ -25,19 +25,15 @@ import math
 import os
 import queue
 import random
-import socket
 import sys
 import time
+
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool"]
 KINDS = ["allreduce", "broadcast", "reduce", "allgather", "allgather_list", "reduce_scatter",
          "alltoall", "alltoall_uneven", "gather", "scatter", "barrier", "sendrecv"]
-
-
-def parse_bytes(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
-    return int(float(s.rstrip("KMG")) * mult)
 
 
 def draw(rng: random.Random, world: int, max_bytes: int, groups):
@@ -292,18 +288,12 @@ def rank_main(rank, world, port, args, results):
     results.put((rank, done, mismatches, errors))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_world(world, args) -> bool:
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = free_port()
+    port = util.free_port()
     procs = [ctx.Process(target=rank_main, args=(r, world, port, args, results), daemon=True)
              for r in range(world)]
     t0 = time.monotonic()
@@ -343,7 +333,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=10000, help="operations per world size")
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 3, 4])
-    ap.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("64M"))
+    ap.add_argument("--max-bytes", type=util.parse_bytes, default=util.parse_bytes("64M"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="tensor device (cpu)")
     ap.add_argument("--progress", type=int, default=0, metavar="N",

@@ -28,9 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBS = ("libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_python.so")
 EXTENSIONS = {
     "_C": (os.path.join("csrc", "process_group_xccl"), ["xccl", "xdev"],
-           [os.path.join("csrc", "collectives", "include"), os.path.join("csrc", "device", "xdev", "include")]),
-    "_xdev_C": (os.path.join("csrc", "device", "torch"), ["xdev"],
-                [os.path.join("csrc", "device", "xdev", "include")]),
+           [os.path.join("csrc", "collectives", "include"), os.path.join("csrc", "xdev", "include")]),
+    "_xdev_C": (os.path.join("csrc", "torch_xdev"), ["xdev"],
+                [os.path.join("csrc", "xdev", "include")]),
 }
 
 

@@ -28,9 +28,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests", "python"))
-from harness import free_port  # noqa: E402  (the tests' one helper for a free local port)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
 
 VARIANTS = {
     "default": {},
@@ -115,7 +114,7 @@ def stacks(pid: int) -> str:
 
 
 def run_variant(name: str, timeout: float, out: str) -> dict:
-    port = free_port()
+    port = util.free_port()
     env = dict(os.environ, **VARIANTS[name])
     env.setdefault("XCCL_DEBUG", "INFO")
     env.setdefault("XCCL_CUDA_STATS", "1")

@@ -62,7 +62,7 @@ if [ "$tidy" = 1 ]; then
   elif [ ! -f "$db" ]; then
     echo "lint: $db missing: configure the core with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON"; rc=1
   else
-    mapfile -t core < <(git ls-files 'csrc/common/*.cc' 'csrc/collectives/*.cc' 'csrc/device/*.cc' |
+    mapfile -t core < <(git ls-files 'csrc/common/*.cc' 'csrc/collectives/*.cc' |
                         grep -v '/xdev/\|/cuda/')
     clang-tidy -p build --quiet "${core[@]}" 2>/dev/null | grep -E 'warning:|error:' | sort -u |
       tee /tmp/xccl_tidy.txt | head -50

@@ -25,25 +25,20 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRAIN = os.path.join(REPO, "examples", "elastic_restart", "train.py")
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+TRAIN = os.path.join(util.REPO, "examples", "elastic_restart", "train.py")
 
 
 def torchrun(world, rdzv, device, backend, ckpt, steps, fail=None, timeout=180.0, run_id="job"):
     """(returncode or None on timeout, output) of one torchrun job."""
-    port = free_port()
+    port = util.free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
            "--nproc-per-node", str(world), "--max-restarts", "1" if fail else "0",
            "--monitor-interval", "0.1"]

@@ -44,6 +44,6 @@ cmake --build build -j"$(nproc)"
 # --no-build-isolation: build against the torch installed above, never fetch another.
 # XCCL_CORE_BUILD: the plugin bundles the libxccl/libxdev just built in ./build instead of
 # configuring and compiling the core a second time.
-XCCL_CORE_BUILD="$PWD/build" MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+PATH="$CCACHE_PATH_PREFIX$PATH" XCCL_CORE_BUILD="$PWD/build" MAX_JOBS=${MAX_JOBS:-$(nproc)} \
   $PY -m pip install -q --no-build-isolation -e .
 echo "setup: done (core in ./build, torch_xccl installed editable)"

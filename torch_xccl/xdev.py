@@ -111,7 +111,7 @@ def is_initialized() -> bool:
 
 def get_amp_supported_dtype() -> list:
     """What ``torch.autocast("xdev", dtype=...)`` casts to: float16 and bfloat16, with CUDA's
-    op lists and policies (csrc/device/torch/XdevAutocast.cpp); the ops then run the CPU
+    op lists and policies (csrc/torch_xdev/XdevAutocast.cpp); the ops then run the CPU
     kernels in that dtype. float32 is not an autocast dtype (as for CUDA's lists: torch warns
     and disables autocast)."""
     return [torch.float16, torch.bfloat16]

@@ -6,7 +6,7 @@
 
 namespace xccl {
 
-XCCL_PARAM(WaitNoticeS, "WAIT_NOTICE_S", 10)
+XCCL_PARAM(WaitNoticeS, "WAIT_NOTICE_S", 10, 0, 86400)
 
 WaitNotice::WaitNotice(std::string what, unsigned subsys)
     : what_(std::move(what)),

@@ -6,7 +6,7 @@
 // libraries: it reaches a device's streams through c10's generic guard for the device type
 // (current stream, pool streams, stream guards, recordStream into the caching allocator) and
 // turns a c10::Stream into the runtime handle libxccl takes: for xdev the stream id is the
-// xdevStream_t (csrc/device/torch/XdevStream.h), for CUDA c10 gives the cudaStream_t
+// xdevStream_t (csrc/torch_xdev/XdevStream.h), for CUDA c10 gives the cudaStream_t
 // (Stream::native_handle). Events: xdev's own runtime events (libxdev is linked), c10::Event
 // for CUDA. On a torch without CUDA no CUDA tensor exists, so the CUDA branches never run.
 #pragma once

@@ -15,6 +15,9 @@
 //     reads it and dumps; installed only where SIGUSR1 still has its default action);
 //   - Python asks: torch_xccl.dump_flight_record(path=None).
 // The analyser is torch_xccl/fr_trace.py (`python -m torch_xccl.fr_trace DIR`).
+//
+// Files: FlightDump.cpp (the file), FlightJson.cpp (its text), FlightTriggers.cpp (addGroup,
+// retire, aborted: the triggers above, their threads and the peers' requests).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +44,7 @@ void aborted(const std::string& group) noexcept;
 // Writes the dump now: to `path` (a file, or an existing directory to put rank_<r>.json
 // in), or to the default file when empty. Returns the file written; throws on I/O errors.
 std::string dump(const std::string& path, const std::string& reason);
-// The dump's JSON text.
+// The dump's JSON text (FlightJson.cpp).
 std::string json(const std::string& reason);
 // Where dumps go by default: $TORCH_XCCL_TRACE_DIR/rank_<r>.json.
 std::string defaultPath();

@@ -19,10 +19,12 @@
 // event; the completion thread watches for failures (docs/PLUGIN.md).
 //
 // Files: Utils (knobs, errors, checks, staging, store adapter), Work (WorkXCCL, CommState),
-// ProcessGroupXCCL.cpp (construction, launch, completion thread, coalescing), Collectives,
-// DeviceComms (the xdev communicator, eager init, split), DeviceStreams (xdev streams and
-// events), DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), FlightRecorder and FlightDump (the last N
-// operations, dumped on failure, SIGUSR1 or demand), Bindings (the pybind11 module).
+// ProcessGroupXCCL.cpp (construction, teardown), Launch (launch, coalescing), Completion (the
+// completion thread), the collectives: Reductions, GatherScatter, AllToAll, PointToPoint and
+// Barriers; DeviceComms (the xdev communicator, eager init, split), DeviceStreams (xdev
+// streams and events), DesyncDebug (TORCH_XCCL_DESYNC_DEBUG), FlightRecorder and FlightDump
+// (the last N operations, dumped on failure, SIGUSR1 or demand), Bindings (the pybind11
+// module).
 #pragma once
 
 #include <atomic>
@@ -327,26 +329,42 @@ class ProcessGroupXCCL : public c10d::Backend {
     e.callerWaits = !opts.asyncOp;
     return e;
   }
+  // One operation, as a collective hands it to launch() once it checked the arguments and
+  // staged the buffers (designated initializers name the fields at the call).
+  struct Op {
+    const char* name = nullptr;
+    c10d::OpType type = c10d::OpType::UNKNOWN;
+    c10::ArrayRef<at::Tensor> inputs;  // the caller's inputs, as the flight recorder shows them
+    std::chrono::milliseconds timeout = kNoTimeout;
+    std::vector<at::Tensor> outputs;    // the Work's result()
+    std::vector<at::Tensor> keepAlive;  // staging buffers the operation reads or writes
+    std::function<void()> post;         // the copy-backs into the caller's tensors (or null)
+    Enqueue enqueue;
+    LaunchExtra extra;
+  };
+  // What launch() decided for an Op: the device, its communicator and the Work.
+  struct Launch {
+    c10::Device device{c10::kCPU};
+    std::shared_ptr<DeviceComm> dc;
+    c10::intrusive_ptr<WorkXCCL> work;
+    bool p2p = false;    // numbered apart from the collectives
+    std::string issued;  // the desync report's description (TORCH_XCCL_DESYNC_DEBUG only)
+  };
   // Checks nothing about the arguments (the collectives did); picks the communicator from
   // the tensors' device, enqueues, and returns the Work. On xdev: ordered on the
   // communicator's stream after the caller's current stream; `post` is queued on that stream.
-  // `inputs` are the caller's input tensors, as the flight recorder shows them.
-  c10::intrusive_ptr<c10d::Work> launch(const char* opName, c10d::OpType type,
-                                        c10::ArrayRef<at::Tensor> inputs,
-                                        std::chrono::milliseconds timeout,
-                                        std::vector<at::Tensor> outputs,
-                                        std::vector<at::Tensor> keepAlive,
-                                        std::function<void()> post, const Enqueue& enqueue,
-                                        LaunchExtra extra);
-  c10::intrusive_ptr<c10d::Work> launch(const char* opName, c10d::OpType type,
-                                        c10::ArrayRef<at::Tensor> inputs,
-                                        std::chrono::milliseconds timeout,
-                                        std::vector<at::Tensor> outputs,
-                                        std::vector<at::Tensor> keepAlive,
-                                        std::function<void()> post, const Enqueue& enqueue) {
-    return launch(opName, type, inputs, timeout, std::move(outputs), std::move(keepAlive),
-                  std::move(post), enqueue, LaunchExtra{});
-  }
+  // Launch.cpp: prepare makes the Work, then one of the three run* functions enqueues it.
+  c10::intrusive_ptr<c10d::Work> launch(Op op);
+  Launch prepare(Op& op);
+  c10::intrusive_ptr<c10d::Work> runOnCaller(const Op& op, Launch& l);
+  c10::intrusive_ptr<c10d::Work> runOnStream(Op& op, Launch& l);
+  c10::intrusive_ptr<c10d::Work> runAsync(const Op& op, Launch& l);
+  // Enqueues on `target`, numbers and records the operation; throws where libxccl refused it
+  // or the communicator is closed. Returns false inside a coalescing block, where the Work
+  // joins the block (endCoalescing gives it its event). The caller holds enqueueMu.
+  bool enqueueAndRecord(const Op& op, Launch& l, const Target& target);
+  void numberAndRecord(const Op& op, Launch& l);
+  void takeBack(Launch& l, const std::string& why);
   void finishOnStream(const std::vector<c10::intrusive_ptr<WorkXCCL>>& works,
                       const c10::Stream& stream, const std::function<void()>& post);
   c10::Device deviceOf(const char* opName, const std::vector<at::Tensor>& outputs,

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "device/dtype.h"
+#include "collectives/device/dtype.h"
 #include "test_dtype.h"
 #include "test_util.h"
 #include "xccl.h"

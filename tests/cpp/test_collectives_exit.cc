@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "collectives/algorithms/exchange.h"
+#include "collectives/device/device.h"
 #include "common/error.h"
-#include "device/device.h"
 
 namespace {
 

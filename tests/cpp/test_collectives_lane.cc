@@ -9,8 +9,8 @@
 #include <string>
 
 #include "collectives/bootstrap/bootstrap.h"
+#include "collectives/device/device.h"
 #include "collectives/transport/transport.h"
-#include "device/device.h"
 #include "test_collectives_common.h"
 
 namespace xccl_coll_test {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "collectives/algorithms/algorithm.h"
+#include "collectives/device/device.h"
 #include "common/error.h"
-#include "device/device.h"
 #include "test_util.h"
 
 namespace {

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
+#include "collectives/device/device.h"
+#include "collectives/device/dtype.h"
 #include "common/error.h"
-#include "device/device.h"
-#include "device/dtype.h"
 #include "test_dtype.h"
 
 namespace {

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/device/device.h"
 #include "common/error.h"
-#include "device/device.h"
 #include "test_collectives_common.h"
 #include "test_util.h"
 #include "xccl.h"
@@ -21,7 +21,7 @@
 #if defined(XCCL_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
-#include "device/cuda/cuda_device.h"
+#include "collectives/device/cuda/cuda_device.h"
 #endif
 
 namespace {

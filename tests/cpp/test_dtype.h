@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "device/dtype.h"
+#include "collectives/device/dtype.h"
 #include "xccl.h"
 
 namespace xccl_test {

@@ -18,12 +18,12 @@
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/bootstrap/bootstrap_internal.h"
+#include "collectives/device/device.h"
 #include "collectives/transport/tcp/connection.h"
 #include "collectives/transport/tcp/handshake.h"
 #include "collectives/transport/tcp/socket.h"
 #include "common/auth.h"
 #include "common/error.h"
-#include "device/device.h"
 #include "test_util.h"
 
 namespace {

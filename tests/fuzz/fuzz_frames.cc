@@ -1,4 +1,4 @@
-// The progress engine reading a peer's byte stream (algorithms/exchange.cc: frame headers,
+// The progress engine reading a peer's byte stream (algorithms/exchange_progress.cc: frame headers,
 // payloads, pads, abort frames, peer-read frames and their references), from any bytes.
 // Rank 1 of 2 posts a receive, a reducing receive, a receive-from-any, or (mode 3) a receive
 // on an xdev engine whose peer may send peer-read frames: references to xdev buffers, which a
@@ -11,8 +11,8 @@
 #include <cstring>
 
 #include "collectives/algorithms/exchange.h"
+#include "collectives/device/device.h"
 #include "common/error.h"
-#include "device/device.h"
 #include "fuzz.h"
 #include "xdev_runtime.h"
 

@@ -10,21 +10,16 @@ from __future__ import annotations
 import datetime
 import os
 import queue
-import socket
 import sys
 import time
 import traceback
 
 import torch.multiprocessing as mp
 
+from bench.util import free_port  # the one helper (the tests import it from here)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs, device_id=None):

@@ -39,6 +39,46 @@ def test_every_declared_knob_is_documented():
     assert not missing, f"knobs missing from docs/ENV.md: {missing}"
 
 
+def _rows():
+    """Each XCCL_PARAM row in the source: (NAME, default, lo, hi), the numbers evaluated."""
+    row = re.compile(r'XCCL_PARAM\(\s*\w+\s*,\s*"([A-Z0-9_]+)"\s*,([^;\n]*)\)')
+    bounds = {"kKnobMin": -(2 ** 63), "kKnobMax": 2 ** 63 - 1, "::xccl::kKnobMin": -(2 ** 63),
+              "::xccl::kKnobMax": 2 ** 63 - 1}
+    out = []
+    for path in _sources():
+        if path.suffix == ".py" or path.name == "param.h" or "tests" in path.parts:
+            continue
+        for name, args in row.findall(path.read_text(errors="replace")):
+            vals = []
+            for a in args.split(","):
+                a = a.strip().replace("LL", "")
+                vals.append(bounds[a] if a in bounds else eval(a, {}))  # C integer expressions
+            out.append((name, *vals))
+    return out
+
+
+def _doc_default(doc, knob):
+    """The first `...` of the Default cell of knob's row in docs/ENV.md, or None."""
+    m = re.search(r"^\| `" + knob + r"` \| ([^|]*)\|", doc, re.M)
+    if not m:
+        return None
+    cell = re.search(r"`([^`]*)`", m.group(1))
+    return cell.group(1) if cell else m.group(1).strip()
+
+
+def test_every_knob_row_has_its_default_in_range_and_in_the_doc():
+    rows = _rows()
+    assert len(rows) > 30, f"row scan found too little: {rows}"
+    doc = (ROOT / "docs" / "ENV.md").read_text()
+    wrong = []
+    for name, deflt, lo, hi in rows:
+        assert lo <= deflt <= hi, f"XCCL_{name}: default {deflt} outside {lo}..{hi}"
+        documented = _doc_default(doc, "XCCL_" + name)
+        if documented != str(deflt):
+            wrong.append(f"XCCL_{name}: the code says {deflt}, docs/ENV.md says {documented}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_logging_knobs_are_documented():
     # Read by common.cc through getenv (before any communicator exists), not XCCL_PARAM.
     doc = (ROOT / "docs" / "ENV.md").read_text()

@@ -25,14 +25,17 @@ def test_a_wrong_way_include_and_a_parent_relative_one_are_refused(tmp_path):
 
     put("csrc/collectives/include/xccl.h", "#pragma once\n")
     put("csrc/common/error.h", '#pragma once\n#include "xccl.h"\n')  # common sees the API
-    put("csrc/device/xdev/runtime.cc", '#include "device/device.h"\n')  # xdev sees libxccl
-    put("csrc/device/device.h", '#pragma once\n#include "common/error.h"\n')  # allowed
+    put("csrc/xdev/runtime.cc", '#include "collectives/device/device.h"\n')  # xdev sees libxccl
+    put("csrc/collectives/device/device.h", '#pragma once\n#include "common/error.h"\n')  # allowed
     put("csrc/collectives/core/api.cc", '#include "../../common/error.h"\n')
-    files = ["csrc/common/error.h", "csrc/device/xdev/runtime.cc", "csrc/device/device.h",
-             "csrc/collectives/core/api.cc"]
+    put("csrc/common/log.h", "#pragma once\n")
+    put("csrc/xdev/stream.cc", '#include "common/log.h"\n')  # libxccl's logger in libxdev
+    files = ["csrc/common/error.h", "csrc/xdev/runtime.cc", "csrc/collectives/device/device.h",
+             "csrc/collectives/core/api.cc", "csrc/xdev/stream.cc"]
     problems, _ = check_layers.scan(files, root=str(tmp_path))
     text = "\n".join(problems)
-    assert len(problems) == 3, text
+    assert len(problems) == 4, text
     assert "csrc/common/error.h:2: common includes csrc/collectives/include/xccl.h (api)" in text
-    assert "csrc/device/xdev/runtime.cc:1: xdev includes csrc/device/device.h (device)" in text
+    assert "csrc/xdev/runtime.cc:1: xdev includes csrc/collectives/device/device.h (device)" in text
     assert "parent-relative" in text
+    assert "csrc/xdev/stream.cc:1: xdev includes csrc/common/log.h: libxccl's logger" in text

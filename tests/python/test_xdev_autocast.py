@@ -1,5 +1,5 @@
 """Mixed precision on xdev: torch.autocast("xdev", dtype=float16/bfloat16) with CUDA's op lists
-(csrc/device/torch/XdevAutocast.cpp) and torch.amp.GradScaler("xdev")."""
+(csrc/torch_xdev/XdevAutocast.cpp) and torch.amp.GradScaler("xdev")."""
 import warnings
 
 import pytest

@@ -2,7 +2,7 @@
 
 torch.nn.Module._apply asks torch._has_compatible_shallow_copy_type(param, moved) and, when
 true, moves each parameter in place (param.data = moved). For PrivateUse1 torch leaves the
-answer to the backend (csrc/device/torch/XdevOps.cpp); without it every Parameter was replaced:
+answer to the backend (csrc/torch_xdev/XdevOps.cpp); without it every Parameter was replaced:
 tied weights came apart and an optimizer made before the move kept the old CPU tensors.
 """
 import pytest

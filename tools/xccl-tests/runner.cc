@@ -9,101 +9,19 @@
 //      operations each and waits on the last event: time per operation;
 //   4. counts damaged guard bytes ("out of bounds values").
 // The results travel to global rank 0 through the out-of-band channel (not libxccl), which
-// prints the row.
+// prints the row. The case itself is runner_case.cc; the buffers guarded_buffer.h.
 #include "runner.h"
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <stdexcept>
 
-#include "device_api.h"
-#include "oob.h"
-#include "report.h"
+#include "rank_runner.h"
 
 namespace xt {
-namespace {
-
-constexpr size_t kGuard = 256;
-
-// A buffer on the run's device (-D) with guard regions of a known pattern on both sides of
-// the region a case uses. A rank keeps its buffers for the whole run and re-guards them per
-// case (prepare), as nccl-tests allocates once: freeing device memory synchronises the
-// device, and with several ranks sharing a device a free between cases could wait for a
-// peer's stream that holds a collective needing this rank. Filling and checking work on
-// host(): the memory itself where the host can address it (host, xdev), else a host mirror
-// that upload() copies to the device before an operation and download() copies back after
-// (cuda); every read of a result comes after the rank's stream is synchronised.
-class GuardedBuffer {
- public:
-  GuardedBuffer(size_t capacity, DeviceApi& api) : capacity_(capacity), api_(api) {
-    dev_ = static_cast<unsigned char*>(api_.alloc(capacity + 2 * kGuard));
-    if (api_.hostAddressable()) {
-      base_ = dev_;
-    } else {
-      void* p = nullptr;
-      if (posix_memalign(&p, 64, capacity + 2 * kGuard) != 0) throw std::bad_alloc();
-      base_ = static_cast<unsigned char*>(p);
-    }
-    for (size_t i = 0; i < kGuard; ++i) base_[i] = pattern(i);
-  }
-  ~GuardedBuffer() {
-    if (base_ != dev_) std::free(base_);
-    api_.free(dev_);
-  }
-  GuardedBuffer(const GuardedBuffer&) = delete;
-  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
-  size_t capacity() const { return capacity_; }
-  // The next case uses `bytes` bytes: the trailing guard goes right after them.
-  void prepare(size_t bytes) {
-    bytes_ = bytes;
-    for (size_t i = 0; i < kGuard; ++i) base_[kGuard + bytes_ + i] = pattern(kGuard + i);
-  }
-  unsigned char* host() { return base_ + kGuard; }   // fill and check here
-  unsigned char* device() { return dev_ + kGuard; }  // give the library this
-  void upload() {
-    if (base_ != dev_) api_.copyIn(dev_, base_, bytes_ + 2 * kGuard);
-  }
-  void download() {
-    if (base_ != dev_) api_.copyOut(base_, dev_, bytes_ + 2 * kGuard);
-  }
-  int64_t damage() const {
-    int64_t bad = 0;
-    for (size_t i = 0; i < kGuard; ++i) {
-      bad += base_[i] != pattern(i);
-      bad += base_[kGuard + bytes_ + i] != pattern(kGuard + i);
-    }
-    return bad;
-  }
-
- private:
-  static unsigned char pattern(size_t i) { return static_cast<unsigned char>(0xA5 ^ (i * 0x3B)); }
-  unsigned char* base_ = nullptr;
-  unsigned char* dev_ = nullptr;
-  size_t capacity_;
-  size_t bytes_ = 0;
-  DeviceApi& api_;
-};
-
-struct PlaceOut {
-  bool ran = false;
-  double timeUs = 0;
-  int64_t wrong = 0;
-  int64_t oob = 0;
-  std::string note;  // first problem seen on this rank
-};
-
-// Fixed-size part of a rank's per-case message; notes follow, NUL-separated.
-struct CaseWire {
-  uint8_t ran[2];
-  double timeUs[2];
-  int64_t wrong[2];
-  int64_t oob[2];
-};
 
 double nowUs() {
   return std::chrono::duration<double, std::micro>(
@@ -111,43 +29,15 @@ double nowUs() {
       .count();
 }
 
+namespace {
+
 std::string hostName() {
   char buf[256] = {0};
   gethostname(buf, sizeof buf - 1);
   return buf;
 }
 
-class RankRunner {
- public:
-  RankRunner(const Options& opt, const RankSetup& s)
-      : opt_(opt), s_(s), report_(opt, s.nranks), printer_(s.rank == 0) {}
-  int run();
-
- private:
-  void init();
-  void announce(int device);  // the header line of this rank, gathered for rank 0
-  void call(xcclResult_t r, const std::string& what) const;
-  void waitAll();
-  void barrier();
-  void issueOrThrow(const OpArgs& a, const void* send, void* recv);
-  PlaceOut runPlace(const OpArgs& a, const Layout& l, bool inPlace, bool timed, int caseNo);
-  void runCase(const OpArgs& a, const Layout& l, bool timed, int caseNo, bool quiet);
-  void perfMode();
-  void conformanceMode();
-
-  const Options& opt_;
-  RankSetup s_;
-  Report report_;
-  bool printer_;
-  OobClient oob_;
-  xcclComm_t comm_ = nullptr;
-  std::unique_ptr<DeviceApi> dev_;  // -D: where buffers live
-  void* stream_ = nullptr;          // -D xdev|cuda: every operation is ordered on this stream
-  bool streams_ = false;            // the device has streams
-  std::unique_ptr<GuardedBuffer> bufs_[2];  // kept for the run (see GuardedBuffer)
-  GuardedBuffer& buffer(int i, size_t bytes);
-  std::vector<std::string> rankLines_;
-};
+}  // namespace
 
 void RankRunner::call(xcclResult_t r, const std::string& what) const {
   if (r == xcclSuccess) return;
@@ -220,167 +110,6 @@ void RankRunner::announce(int device) {
                 : getenv("XCCL_DEVICE") ? getenv("XCCL_DEVICE")
                                         : "host");
   rankLines_ = oob_.allgather(line);
-}
-
-// Buffer i, re-guarded for a case of `bytes` bytes. Grows when a case needs more. On a device
-// with streams it is sized up front for the largest layout any case can have (nranks x -e bytes),
-// so it never grows mid-run (see GuardedBuffer for why a free there could deadlock).
-GuardedBuffer& RankRunner::buffer(int i, size_t bytes) {
-  if (!bufs_[i] || bufs_[i]->capacity() < bytes) {
-    size_t most = opt_.maxBytes * (streams_ ? static_cast<size_t>(s_.nranks) : 1) + 4096;
-    size_t cap = std::max(bytes, most);
-    bufs_[i].reset();
-    bufs_[i] = std::make_unique<GuardedBuffer>(cap, *dev_);
-  }
-  bufs_[i]->prepare(bytes);
-  return *bufs_[i];
-}
-
-PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bool timed,
-                              int caseNo) {
-  const size_t es = typeInfo(a.type).size;
-  GuardedBuffer* sendBuf = nullptr;
-  GuardedBuffer* recvBuf = nullptr;
-  unsigned char *send, *recv;        // host views: fill and check
-  unsigned char *devSend, *devRecv;  // what the library gets
-  if (inPlace) {
-    sendBuf = &buffer(0, l.inElems * es);
-    send = sendBuf->host() + l.inSendOff * es;
-    recv = sendBuf->host() + l.inRecvOff * es;
-    devSend = sendBuf->device() + l.inSendOff * es;
-    devRecv = sendBuf->device() + l.inRecvOff * es;
-  } else {
-    sendBuf = &buffer(0, l.sendElems * es);
-    recvBuf = &buffer(1, l.recvElems * es);
-    send = sendBuf->host();
-    recv = recvBuf->host();
-    devSend = sendBuf->device();
-    devRecv = recvBuf->device();
-  }
-  auto upload = [&] {
-    sendBuf->upload();
-    if (recvBuf) recvBuf->upload();
-  };
-  auto download = [&] {
-    sendBuf->download();
-    if (recvBuf) recvBuf->download();
-  };
-  Generator gen(a.type, domainFor(collInfo(a.coll).hasOp, a.op),
-                opt_.seed * 1000003ULL + static_cast<uint64_t>(caseNo));
-  // Never 0 or 1, so an unwritten bool element is caught too.
-  auto sentinel = static_cast<unsigned char>(0x80 | ((caseNo * 37 + (inPlace ? 11 : 0)) & 0x7f));
-  if (inPlace) {
-    std::memset(sendBuf->host(), sentinel, l.inElems * es);
-  } else {
-    std::memset(recv, sentinel, l.recvElems * es);
-  }
-  gen.fill(send, s_.rank, 0, l.sendElems);
-  upload();
-
-  PlaceOut out;
-  out.ran = true;
-  const char* where = inPlace ? "in-place" : "out-of-place";
-  if (opt_.check || opt_.conformance) {
-    double t0 = nowUs();
-    issueOrThrow(a, devSend, devRecv);
-    waitAll();
-    out.timeUs = nowUs() - t0;
-    download();
-    if (opt_.injectFault && !inPlace && s_.rank == s_.nranks - 1 && l.recvElems > 0) {
-      recv[0] ^= 0x5a;              // a wrong element (if this rank's result is checked)
-      recv[l.recvElems * es] ^= 1;  // and an out-of-bounds write just past the buffer
-    }
-    std::string firstBad;
-    out.wrong = verifyRecv(a, l, gen, s_.rank, s_.nranks, recv, &firstBad);
-    if (out.wrong) out.note = firstBad;
-    if (!inPlace) {
-      int64_t changed = gen.countDiffs(send, s_.rank, 0, l.sendElems);
-      if (changed && out.note.empty()) {
-        out.note = "send buffer modified (" + std::to_string(changed) + " elements)";
-      }
-      out.wrong += changed;
-    }
-  }
-  if (timed && opt_.iters > 0) {
-    auto batch = [&] {
-      if (opt_.aggIters > 1) call(xcclGroupStart(), "xcclGroupStart");
-      for (int k = 0; k < opt_.aggIters; ++k) issueOrThrow(a, devSend, devRecv);
-      if (opt_.aggIters > 1) call(xcclGroupEnd(), "xcclGroupEnd");
-    };
-    for (int w = 0; w < opt_.warmup; ++w) batch();
-    if (opt_.warmup) waitAll();
-    barrier();
-    double t0 = nowUs();
-    for (int it = 0; it < opt_.iters; ++it) batch();
-    waitAll();
-    out.timeUs = (nowUs() - t0) / (static_cast<double>(opt_.iters) * opt_.aggIters);
-    download();
-  }
-  out.oob = sendBuf->damage() + (recvBuf ? recvBuf->damage() : 0);
-  if (out.oob && out.note.empty()) {
-    out.note = std::to_string(out.oob) + " guard bytes around the buffers were overwritten";
-  }
-  if (!out.note.empty())
-    out.note = "rank " + std::to_string(s_.rank) + " " + where + ": " + out.note;
-  return out;
-}
-
-void RankRunner::runCase(const OpArgs& a, const Layout& l, bool timed, int caseNo, bool quiet) {
-  PlaceOut p[2] = {runPlace(a, l, false, timed, caseNo),
-                   inPlaceSupported(a.coll) ? runPlace(a, l, true, timed, caseNo) : PlaceOut()};
-  CaseWire w;
-  std::memset(&w, 0, sizeof w);
-  std::string notes;
-  for (int k = 0; k < 2; ++k) {
-    w.ran[k] = p[k].ran;
-    w.timeUs[k] = p[k].timeUs;
-    w.wrong[k] = p[k].wrong;
-    w.oob[k] = p[k].oob;
-    notes += p[k].note;
-    notes += '\0';
-  }
-  std::vector<std::string> all =
-      oob_.allgather(std::string(reinterpret_cast<const char*>(&w), sizeof w) + notes);
-  if (!printer_) return;
-  Row row;
-  row.coll = a.coll;
-  row.bytes = l.bytes;
-  row.count = l.count;
-  row.type = a.type;
-  row.redop = collInfo(a.coll).hasOp ? opName(a.op) : "none";
-  row.root = collInfo(a.coll).hasRoot ? a.root : -1;
-  for (int k = 0; k < 2; ++k) {
-    PlaceStats& ps = row.place[k];
-    double sum = 0, mn = 0, mx = 0;
-    for (int r = 0; r < s_.nranks; ++r) {
-      CaseWire rw;
-      std::memcpy(&rw, all[r].data(), sizeof rw);
-      ps.ran = rw.ran[k];
-      ps.wrong += rw.wrong[k];
-      ps.oob += rw.oob[k];
-      double t = rw.timeUs[k];
-      sum += t;
-      mn = r == 0 || t < mn ? t : mn;
-      mx = r == 0 || t > mx ? t : mx;
-      if (r == 0) ps.timeUs = t;
-    }
-    if (opt_.average == 1) ps.timeUs = sum / s_.nranks;
-    if (opt_.average == 2) ps.timeUs = mn;
-    if (opt_.average == 3) ps.timeUs = mx;
-    ps.algbw = ps.timeUs > 0 ? static_cast<double>(l.bytes) / ps.timeUs / 1e3 : 0;
-    ps.busbw = ps.algbw * busFactor(a.coll, s_.nranks);
-  }
-  for (int r = 0; r < s_.nranks; ++r) {
-    const std::string& m = all[r];
-    size_t pos = sizeof(CaseWire);
-    for (int k = 0; k < 2 && pos <= m.size(); ++k) {
-      size_t end = m.find('\0', pos);
-      if (end == std::string::npos) end = m.size();
-      if (end > pos) row.notes.push_back(m.substr(pos, end - pos));
-      pos = end + 1;
-    }
-  }
-  report_.row(row, quiet);
 }
 
 void RankRunner::perfMode() {
@@ -501,8 +230,6 @@ int RankRunner::run() {
     return kExitFailure;
   }
 }
-
-}  // namespace
 
 int runRank(const Options& opt, const RankSetup& setup) {
   RankRunner r(opt, setup);

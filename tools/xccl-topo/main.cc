@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "collectives/algorithms/algorithm.h"
+#include "collectives/device/device.h"
 #include "collectives/topology/detect.h"
 #include "collectives/topology/plan.h"
 #include "collectives/topology/render.h"
 #include "collectives/topology/topo_file.h"
 #include "common/error.h"
-#include "device/device.h"
 
 namespace {
 

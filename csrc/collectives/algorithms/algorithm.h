@@ -8,6 +8,10 @@
 // algorithm of that name ("ring") or per collective ("allreduce=direct,broadcast=chain").
 // Otherwise candidates are tried in the order of the tuning table in select.cc (by message
 // size and world size).
+//
+// Files: registry.cc (the list, XCCL_ALGO parsed), select.cc (knobs, tuning table, choice),
+// validate.cc (validateCollArgs), run_collective.cc (runCollective: semantics above the
+// algorithms, such as Avg and PremulSum).
 #pragma once
 
 #include <string>
@@ -29,6 +33,11 @@ struct Algorithm {
 };
 
 const std::vector<Algorithm>& allAlgorithms();
+// The algorithm of `type` named `name`, or nullptr.
+const Algorithm* findAlgorithm(CollType type, const std::string& name);
+// XCCL_ALGO parsed and checked: the algorithm it forces for each collective ("" for
+// automatic choice), indexed by CollType. InvalidUsage for an unknown collective or name.
+std::vector<std::string> parseForced(const std::string& spec);
 // The algorithm to use for args (honours XCCL_ALGO). Throws InvalidUsage if XCCL_ALGO
 // forces an algorithm that declines the call.
 const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex);
@@ -39,5 +48,7 @@ void validateCollArgs(const CollArgs& args, int rank, int nranks);
 // Runs one whole collective: argument semantics that sit above the algorithms (PremulSum
 // scaling, Avg division, zero counts) and then the selected algorithm.
 void runCollective(Exchange& ex, const CollArgs& args);
+// "1048576 x float32 on 4 ranks": a call's size, for messages and traces.
+std::string describeSize(const CollArgs& args, const Exchange& ex);
 
 }  // namespace xccl

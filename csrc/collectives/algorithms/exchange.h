@@ -123,8 +123,8 @@ struct Tuning {
 // Reads and checks every knob of the table (InvalidUsage for a bad XCCL_ALGO).
 Tuning readTuning();
 
-struct PendingMsg;   // defined in exchange.cc
-struct FrameHeader;  // defined in exchange.cc
+struct PendingMsg;   // defined in exchange_msg.h
+struct FrameHeader;  // defined in frame.h
 // A posted receive, for sendForward(). Valid until the wait() that completes it returns.
 using MsgRef = std::shared_ptr<PendingMsg>;
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "device/device.h"
+#include "collectives/device/device.h"
 #include "exchange.h"
 #include "xccl.h"
 

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "algorithm.h"
+#include "collectives/device/device.h"
 #include "common/error.h"
 #include "common/param.h"
-#include "device/device.h"
 
 namespace xccl {
 namespace algo {

@@ -5,51 +5,38 @@
 #include <cstdlib>
 
 #include "collectives/algorithms/algorithm.h"
+#include "collectives/device/device.h"
 #include "collectives/topology/detect.h"
 #include "collectives/topology/render.h"
 #include "collectives/topology/topo_file.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
-#include "device/device.h"
 
 namespace xccl {
 
-XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30 * 60 * 1000)
-XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50)
+XCCL_PARAM(ProgressSpinUs, "PROGRESS_SPIN_US", 50, 0, kKnobMax)
 // Operations whose output reaches this many bytes write their final copies with streaming
 // stores (the output cannot stay in cache anyway). -1 disables.
-XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20)
+XCCL_PARAM(StreamingStoreBytes, "STREAMING_STORE_BYTES", 32 << 20, -1, kKnobMax)
 // Polls of a waiting caller before it blocks. 0 by default: with ranks x 2 threads on few
 // cores a spinning caller takes the core its own progress thread needs (measured in
 // BENCHMARKS.md); raise it only when cores outnumber ranks.
-XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0)
+XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0, 0, kKnobMax)
 // A topology file (topology/topo_file.h) instead of detection; XCCL_TOPO_DETECT=0 plans from
 // host identities alone.
 XCCL_PARAM_STR(TopoFile, "TOPO_FILE", "")
-XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1)
+XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1, 0, 1)
 
-const char* deviceKind(xcclDeviceType_t type) {
-  switch (type) {
-    case xcclDeviceDefault:
-      return "";
-    case xcclDeviceHost:
-      return "host";
-    case xcclDeviceXdev:
-      return "xdev";
-    case xcclDeviceCuda:
-      return "cuda";
-    default:
-      break;
-  }
-  throw Error(ErrorKind::kInvalidArgument, strCat("invalid deviceType ", static_cast<int>(type)));
+int64_t timeoutMsOf(const xcclConfig_t* config) {
+  return config != nullptr && config->timeout_ms > 0 ? config->timeout_ms : xcclParamTimeoutMs();
 }
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
            const xcclConfig_t& config)
     : rank_(rank),
       nranks_(nranks),
-      timeoutMs_(config.timeout_ms > 0 ? config.timeout_ms : xcclParamTimeoutMs()),
+      timeoutMs_(timeoutMsOf(&config)),
       waitSpin_(xcclParamWaitSpin()),
       streamingFrom_(xcclParamStreamingStoreBytes()),
       name_(config.name ? config.name : ""),

@@ -31,6 +31,7 @@
 #include "collectives/algorithms/exchange.h"
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/topology/topology.h"
+#include "common/param.h"
 #include "heartbeat.h"
 #include "xccl.h"
 
@@ -49,8 +50,11 @@ struct OpEntry {
   bool onCaller = false;          // XCCL_STREAM_CALLER: its caller runs it (runOnCaller)
 };
 
-// The device kind getDevice() takes for a configured device type ("" = XCCL_DEVICE).
-const char* deviceKind(xcclDeviceType_t type);
+// The deadline of every operation and of communicator creation (docs/ENV.md).
+XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30 * 60 * 1000, 1, kKnobMax)
+// A communicator's timeout in ms: config->timeout_ms when set (> 0), else XCCL_TIMEOUT_MS.
+// config may be NULL (no config).
+int64_t timeoutMsOf(const xcclConfig_t* config);
 
 class Comm {
  public:

@@ -9,10 +9,10 @@
 namespace xccl {
 
 // How often each rank shows its peers that it is alive (ms); 0 turns heartbeats off.
-XCCL_PARAM(HeartbeatMs, "HEARTBEAT_MS", 1000)
+XCCL_PARAM(HeartbeatMs, "HEARTBEAT_MS", 1000, 0, kKnobMax)
 // How long a peer may show no life (no beat, no byte moved) before the operations waiting
 // on it fail (ms).
-XCCL_PARAM(HeartbeatTimeoutMs, "HEARTBEAT_TIMEOUT_MS", 5000)
+XCCL_PARAM(HeartbeatTimeoutMs, "HEARTBEAT_TIMEOUT_MS", 5000, 1, kKnobMax)
 
 Heartbeat::Heartbeat(int rank, std::vector<Connection*> conns)
     : rank_(rank),

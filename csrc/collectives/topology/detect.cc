@@ -6,9 +6,9 @@
 #include <cctype>
 #include <fstream>
 
+#include "collectives/device/device.h"
 #include "collectives/transport/tcp/socket.h"
 #include "common/error.h"
-#include "device/device.h"
 
 namespace xccl {
 namespace topo {

@@ -15,11 +15,11 @@
 #include <set>
 
 #include "collectives/bootstrap/bootstrap_internal.h"
+#include "collectives/device/device.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/wait_notice.h"
-#include "device/device.h"
 #include "shm/connection.h"
 #include "tcp/connection.h"
 #include "tcp/socket.h"
@@ -27,7 +27,7 @@
 namespace xccl {
 
 // 1 = never use shared memory between ranks (TCP even on one host).
-XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0)
+XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0, 0, 1)
 
 namespace {
 

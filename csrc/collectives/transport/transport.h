@@ -72,7 +72,7 @@ class Connection {
   virtual const char* kind() const = 0;
   virtual int peer() const = 0;
 
-  // Peer reads (single-copy transfers, algorithms/exchange.cc): the receiver reads the
+  // Peer reads (single-copy transfers, algorithms/exchange_progress.cc): the receiver reads the
   // sender's buffer in place, mapped through the Device, instead of the bytes travelling
   // through this connection, and then tells the sender through a counter. Only between
   // processes of one host (shared memory). peerReadsDone(): how many of this side's

@@ -12,25 +12,25 @@
 #include <cstring>
 #include <new>
 
+#include "collectives/device/device.h"
 #include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/process.h"
 #include "common/shared_memory.h"
-#include "device/device.h"
 
 namespace xccl {
 namespace shm {
 
 // Bytes in each shared-memory ring (one per direction per pair); a multiple of 64.
-XCCL_PARAM(ShmBuffsize, "SHM_BUFFSIZE", 1 << 20)
+XCCL_PARAM(ShmBuffsize, "SHM_BUFFSIZE", 1 << 20, 256, 1 << 30)
 // Payload lanes in shareable device memory: -1 = where the device prefers them (CUDA),
 // 0 = never, 1 = wherever the device can share memory (the host device too: tests).
-XCCL_PARAM(ShmLane, "SHM_LANE", -1)
+XCCL_PARAM(ShmLane, "SHM_LANE", -1, -1, 1)
 // Bytes in each payload lane; a multiple of 64. Large, so that a device copy per window
 // amortises its launch and synchronization.
-XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20)
+XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20, 256, 1 << 30)
 
 namespace {
 

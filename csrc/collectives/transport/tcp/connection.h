@@ -6,6 +6,9 @@
 // connects to the higher one and both prove they know the communicator's secret without
 // sending it (handshake.h); anything else (a wrong or replayed proof, garbage, a duplicate,
 // silence) is refused, logged once at WARN, and never becomes a Connection.
+//
+// Files: listener.cc (Listener, the acceptor), connector.cc (connectPeer), stream.{h,cc}
+// (the data path both hand their authenticated sockets to).
 #pragma once
 
 #include <map>

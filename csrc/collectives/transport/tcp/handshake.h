@@ -1,5 +1,5 @@
 // The TCP handshake's messages (one handshake per socket), as pure functions: built and
-// parsed here, driven by connection.cc, fuzzed by tests/fuzz/fuzz_tcp_hello.cc.
+// parsed here, driven by listener.cc and connector.cc, fuzzed by tests/fuzz/fuzz_tcp_hello.cc.
 //
 // Mutual challenge-response over the communicator's secret (common/auth.h); the secret
 // itself never travels:

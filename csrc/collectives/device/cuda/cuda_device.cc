@@ -1,0 +1,494 @@
+// The CUDA device: see cuda_device.h.
+#include "cuda_device.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
+#include "kernels.h"
+
+namespace xccl {
+
+// How stream-side holds wait: "auto" (stream memory operations where the driver has them,
+// else a spin kernel), "memop", "kernel".
+XCCL_PARAM_STR(CudaHold, "CUDA_HOLD", "auto")
+// What a failed collective does to the caller's stream: "trap" (default) faults the CUDA
+// context behind the hold, so nothing can consume the failed outputs and every later CUDA
+// call of the process raises (ProcessGroupNCCL tears the process down likewise); "release"
+// resumes the stream as if it had succeeded and relies on the host-side error alone.
+XCCL_PARAM_STR(CudaFailedHold, "CUDA_FAILED_HOLD", "trap")
+// 1: print where this device's time went (per kind of operation) when it is destroyed.
+XCCL_PARAM(CudaStats, "CUDA_STATS", 0, 0, 1)
+
+namespace {
+
+[[noreturn]] void fail(cudaError_t e, const char* what) {
+  cudaGetLastError();  // clear a sticky launch error so the next call reports its own
+  throw Error(ErrorKind::kUnhandled,
+              strCat("CUDA ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(e, what);
+}
+
+// The calling thread's internal streams, one per device: copies and kernels of the
+// progress thread that calls, never ordered with the user's streams or other threads'.
+struct WorkStreams {
+  std::map<int, cudaStream_t> byDevice;
+  ~WorkStreams() {
+    for (auto& [dev, s] : byDevice) cudaStreamDestroy(s);  // fails harmlessly at exit
+  }
+};
+thread_local WorkStreams tlsStreams;
+
+using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// Shareable memory this process allocated, by handle text: a rank of this process that opens
+// it (ranks as threads, xccl-tests -g) uses the pointer, since CUDA IPC refuses to open a
+// handle in the process that made it.
+struct LocalShared {
+  void* ptr;
+  int device;
+};
+std::mutex localMu;
+std::map<std::string, LocalShared> localShared;
+
+std::string toHex(const void* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) {
+    s += digits[b[i] >> 4];
+    s += digits[b[i] & 15];
+  }
+  return s;
+}
+
+bool fromHex(const std::string& s, void* out, size_t n) {
+  if (s.size() != 2 * n) return false;
+  auto* b = static_cast<unsigned char*>(out);
+  for (size_t i = 0; i < n; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(s.c_str() + 2 * i, "%2x", &v) != 1) return false;
+    b[i] = static_cast<unsigned char>(v);
+  }
+  return true;
+}
+
+// Adds a scope's wall time (and bytes) to one of the device's counters, when they are on.
+class Timed {
+ public:
+  Timed(bool on, CudaDevice::Stat& s, uint64_t bytes) : s_(on ? &s : nullptr), bytes_(bytes) {
+    if (s_) t0_ = std::chrono::steady_clock::now();
+  }
+  ~Timed() {
+    if (!s_) return;
+    auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+            .count();
+    s_->calls.fetch_add(1, std::memory_order_relaxed);
+    s_->bytes.fetch_add(bytes_, std::memory_order_relaxed);
+    s_->ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  CudaDevice::Stat* s_;
+  uint64_t bytes_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+struct CudaDevice::Hold {
+  uint32_t* flag = nullptr;      // mapped pinned host word: 0 held, 1 released, 2 failed
+  void* devFlag = nullptr;       // its address on the GPU
+  cudaEvent_t passed = nullptr;  // recorded after the wait: complete = the stream is past it
+  bool busy = false;             // between streamHold and streamResume
+};
+
+int CudaDevice::deviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw InvalidUsage(strCat("no CUDA device: cudaGetDeviceCount: ", cudaGetErrorString(e),
+                              " (a build with CUDA runs without a GPU, but the cuda device "
+                              "needs one and its driver)"));
+  }
+  XCCL_CHECK(ordinal >= 0 && ordinal < n, "cuda:", ordinal, " does not exist (", n,
+             " CUDA devices visible)");
+  current();
+  // Before any hold: a kernel loaded lazily at its first launch would wait for a held stream.
+  check(cuda::preloadKernels(), "loading the CUDA device's kernels");
+  char bus[64] = {0};
+  busId_ = cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal) == cudaSuccess
+               ? std::string(bus)
+               : strCat("cuda:", ordinal);
+  int attr = 0;
+  cudaDeviceGetAttribute(&attr, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal);
+  hostPointersWork_ = attr != 0;
+
+  const std::string failed = xcclParamCudaFailedHold();
+  XCCL_CHECK(failed == "trap" || failed == "release", "XCCL_CUDA_FAILED_HOLD='", failed,
+             "' (trap or release)");
+  trapFailed_ = failed == "trap";
+  const std::string hold = xcclParamCudaHold();
+  XCCL_CHECK(hold == "auto" || hold == "memop" || hold == "kernel", "XCCL_CUDA_HOLD='", hold,
+             "' (auto, memop or kernel)");
+  if (hold != "kernel") {
+    cudaDriverEntryPointQueryResult q{};
+    void* fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess) {
+      waitValue_ = fn;
+    } else {
+      cudaGetLastError();
+      XCCL_CHECK(hold != "memop", "XCCL_CUDA_HOLD=memop: the driver has no cuStreamWaitValue32");
+    }
+  }
+  statsOn_ = xcclParamCudaStats() != 0;
+  XCCL_INFO(INIT, "cuda:", ordinal, " (", busId_, "): stream holds by ",
+            waitValue_ ? "cuStreamWaitValue32" : "a spin kernel",
+            hostPointersWork_ ? "" : "; registered host memory has its own GPU addresses");
+}
+
+CudaDevice::~CudaDevice() {
+  if (statsOn_) {
+    static const char* names[kStats] = {"copy", "reduce", "scale", "stream wait", "alloc", "hold"};
+    std::fprintf(stderr, "xccl cuda:%d stats (pid %d):", ordinal_, static_cast<int>(getpid()));
+    for (int k = 0; k < kStats; ++k) {
+      const auto calls = stats_[k].calls.load(), bytes = stats_[k].bytes.load();
+      const double ms = stats_[k].ns.load() / 1e6;
+      std::fprintf(stderr, " %s %llu calls %.3f ms %.1f MB (%.2f GB/s);", names[k],
+                   static_cast<unsigned long long>(calls), ms, bytes / 1e6,
+                   ms > 0 ? bytes / 1e6 / ms : 0.0);
+    }
+    std::fprintf(stderr, "\n");
+  }
+  // At process exit the runtime may be gone already: errors here are ignored.
+  for (Hold* h : holds_) {
+    if (h->passed) cudaEventDestroy(h->passed);
+    if (h->flag) cudaFreeHost(h->flag);
+    delete h;
+  }
+}
+
+int CudaDevice::currentOrdinal() {
+  if (deviceCount() == 0) {
+    throw InvalidUsage(
+        "no CUDA device: no GPU or no driver on this machine (a build with CUDA "
+        "runs without one, but the cuda device needs it)");
+  }
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  return dev;
+}
+
+void CudaDevice::current() const { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+
+void* CudaDevice::workStream() const {
+  auto& s = tlsStreams.byDevice[ordinal_];
+  if (s == nullptr) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  return s;
+}
+
+void CudaDevice::finish(int err, const char* what) const {
+  check(static_cast<cudaError_t>(err), what);
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(workStream())), what);
+}
+
+// Temporaries of a collective come and go on the progress thread while user streams are
+// held. cudaFree synchronizes the whole device, so it would wait for a stream that is held
+// until this very collective completes: a deadlock. The stream-ordered allocator on the
+// thread's work stream never waits for other streams.
+void* CudaDevice::alloc(size_t bytes) {
+  Timed t(statsOn_, stats_[kStatAlloc], bytes);
+  current();
+  void* p = nullptr;
+  auto ws = static_cast<cudaStream_t>(workStream());
+  check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, ws), "cudaMallocAsync");
+  check(cudaStreamSynchronize(ws), "cudaMallocAsync");  // usable from any stream
+  return p;
+}
+
+void CudaDevice::free(void* ptr) {
+  if (ptr == nullptr) return;
+  current();
+  check(cudaFreeAsync(ptr, static_cast<cudaStream_t>(workStream())), "cudaFreeAsync");
+}
+
+void CudaDevice::registerStaging(void* ptr, size_t bytes) {
+  current();
+  std::lock_guard<std::mutex> g(mu_);
+  if (staging_.count(static_cast<const char*>(ptr))) return;
+  cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
+  if (e == cudaErrorHostMemoryAlreadyRegistered) {
+    cudaGetLastError();  // someone else registered it: usable all the same
+  } else {
+    check(e, "cudaHostRegister of a staging ring");
+  }
+  void* dev = nullptr;
+  check(cudaHostGetDevicePointer(&dev, ptr, 0), "cudaHostGetDevicePointer");
+  staging_[static_cast<const char*>(ptr)] = {bytes, static_cast<const char*>(dev)};
+}
+
+void CudaDevice::unregisterStaging(void* ptr) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (staging_.erase(static_cast<const char*>(ptr)) == 0) return;
+  current();
+  if (cudaHostUnregister(ptr) != cudaSuccess) cudaGetLastError();
+}
+
+const void* CudaDevice::deviceView(const void* p) const {
+  if (hostPointersWork_) return p;
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = staging_.upper_bound(c);
+  if (it == staging_.begin()) return p;
+  --it;
+  if (c >= it->first + it->second.first) return p;  // not staging: device memory
+  return it->second.second + (c - it->first);
+}
+
+void CudaDevice::copy(void* dst, const void* src, size_t bytes, CopyKind) {
+  if (bytes == 0) return;
+  Timed t(statsOn_, stats_[kStatCopy], bytes);
+  current();
+  finish(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(workStream())),
+      "cudaMemcpyAsync");
+}
+
+void CudaDevice::reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+                        xcclRedOp_t op) {
+  XCCL_CHECK(opSupported(dtype, op) && op != xcclAvg && op != xcclPremulSum, "reduce: op ",
+             static_cast<int>(op), " is not an element-wise reduction for dtype ",
+             static_cast<int>(dtype));
+  Timed t(statsOn_, stats_[kStatReduce], count * dtypeSize(dtype));
+  current();
+  finish(cuda::launchReduce(dst, deviceView(a), deviceView(b), count, dtype, op,
+                            static_cast<cudaStream_t>(workStream())),
+         "reduce kernel");
+}
+
+void CudaDevice::scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
+                       const void* scalar) {
+  XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "scale: not defined for dtype ",
+                 static_cast<int>(dtype));
+  Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
+  current();
+  finish(cuda::launchScale(dst, deviceView(src), count, dtype, scalar,
+                           static_cast<cudaStream_t>(workStream())),
+         "scale kernel");
+}
+
+void CudaDevice::divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) {
+  XCCL_CHECK(divisor != 0, "divide by zero");
+  XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "divide: not defined for dtype ",
+                 static_cast<int>(dtype));
+  Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
+  current();
+  finish(cuda::launchDivide(dst, count, dtype, divisor, static_cast<cudaStream_t>(workStream())),
+         "divide kernel");
+}
+
+void* CudaDevice::streamCapture(xcclStream_t stream) {
+  current();
+  cudaEvent_t ev = nullptr;
+  check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  cudaError_t e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess) {
+    cudaEventDestroy(ev);
+    fail(e, "cudaEventRecord on the caller's stream (is it a stream of this device?)");
+  }
+  return ev;
+}
+
+void CudaDevice::streamWait(void* token) {
+  Timed t(statsOn_, stats_[kStatWait], 0);
+  if (token != nullptr)
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(token)),
+          "cudaEventSynchronize (the work queued before the collective)");
+}
+
+void CudaDevice::streamRelease(void* token) {
+  if (token != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(token));
+}
+
+void* CudaDevice::streamHold(xcclStream_t stream) {
+  Timed t(statsOn_, stats_[kStatHold], 0);
+  current();
+  Hold* h = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (Hold* c : holds_) {
+      if (!c->busy && cudaEventQuery(c->passed) == cudaSuccess) {
+        h = c;
+        break;
+      }
+    }
+    if (h == nullptr) {
+      cudaGetLastError();  // a query that said "not ready" leaves nothing sticky, but be sure
+      auto fresh = std::make_unique<Hold>();
+      check(cudaHostAlloc(reinterpret_cast<void**>(&fresh->flag), sizeof(uint32_t),
+                          cudaHostAllocMapped | cudaHostAllocPortable),
+            "cudaHostAlloc of a hold flag");
+      check(cudaHostGetDevicePointer(&fresh->devFlag, fresh->flag, 0), "cudaHostGetDevicePointer");
+      check(cudaEventCreateWithFlags(&fresh->passed, cudaEventDisableTiming), "cudaEventCreate");
+      h = fresh.release();
+      holds_.push_back(h);
+    }
+    h->busy = true;
+  }
+  __atomic_store_n(h->flag, 0u, __ATOMIC_RELEASE);
+  auto s = static_cast<cudaStream_t>(stream);
+  bool waiting = false;
+  if (waitValue_ != nullptr) {
+    auto fn = reinterpret_cast<WaitValue32Fn>(waitValue_);
+    waiting = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(h->devFlag), 1,
+                 CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+  }
+  const auto* word = static_cast<const volatile uint32_t*>(h->devFlag);
+  if (!waiting) {
+    check(cuda::launchWaitFlag(word, trapFailed_, s), "hold kernel");
+  } else if (trapFailed_) {
+    check(cuda::launchCheckFlag(word, s), "hold check kernel");
+  }
+  check(cudaEventRecord(h->passed, s), "cudaEventRecord after a hold");
+  return h;
+}
+
+void CudaDevice::streamResume(void* token) {
+  auto* h = static_cast<Hold*>(token);
+  if (h == nullptr) return;
+  __atomic_store_n(h->flag, 1u, __ATOMIC_RELEASE);
+  std::lock_guard<std::mutex> g(mu_);
+  h->busy = false;
+}
+
+void CudaDevice::streamFail(void* token, const std::string& why) {
+  auto* h = static_cast<Hold*>(token);
+  if (h == nullptr) return;
+  if (!trapFailed_) {
+    XCCL_WARN(COLL, "cuda:", ordinal_, ": ", why,
+              "; the stream goes on (XCCL_CUDA_FAILED_HOLD=release): its outputs are not results");
+    streamResume(token);
+    return;
+  }
+  XCCL_WARN(COLL, "cuda:", ordinal_, ": ", why,
+            "; faulting the CUDA context behind the hold so that no stream consumes the outputs "
+            "(XCCL_CUDA_FAILED_HOLD=trap): this process's later CUDA calls fail");
+  __atomic_store_n(h->flag, 2u, __ATOMIC_RELEASE);
+  std::lock_guard<std::mutex> g(mu_);
+  h->busy = false;
+}
+
+void* CudaDevice::allocShared(size_t bytes, std::string* handle) {
+  // cudaMalloc, not the pool allocator: IPC exports only such memory. Made at communicator
+  // creation and freed at its destruction, when none of its holds is pending.
+  current();
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc of a payload lane");
+  cudaIpcMemHandle_t h{};
+  cudaError_t e = cudaIpcGetMemHandle(&h, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(p);
+    XCCL_INFO(SHM, "cuda:", ordinal_, ": no CUDA IPC (", cudaGetErrorString(e),
+              "); payloads go through host rings");
+    return nullptr;
+  }
+  *handle = toHex(&h, sizeof(h));
+  std::lock_guard<std::mutex> g(localMu);
+  localShared[*handle] = LocalShared{p, ordinal_};
+  return p;
+}
+
+void* CudaDevice::openShared(const std::string& handle, int ownerPid, size_t) {
+  current();
+  if (ownerPid == static_cast<int>(getpid())) {
+    LocalShared local{};
+    {
+      std::lock_guard<std::mutex> g(localMu);
+      auto it = localShared.find(handle);
+      XCCL_CHECK(it != localShared.end(),
+                 "cuda: a shared-memory handle of this process that it "
+                 "did not make");
+      local = it->second;
+    }
+    if (local.device != ordinal_) {
+      int can = 0;
+      cudaDeviceCanAccessPeer(&can, ordinal_, local.device);
+      if (!can) {
+        throw InvalidUsage(strCat("cuda:", ordinal_, " cannot read cuda:", local.device,
+                                  "'s memory (no peer access): set XCCL_SHM_LANE=0"));
+      }
+      cudaError_t e = cudaDeviceEnablePeerAccess(local.device, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();
+      } else {
+        check(e, "cudaDeviceEnablePeerAccess");
+      }
+    }
+    return local.ptr;
+  }
+  cudaIpcMemHandle_t h{};
+  if (!fromHex(handle, &h, sizeof(h))) {
+    throw RemoteError(strCat("cuda: malformed IPC handle from pid ", ownerPid));
+  }
+  void* p = nullptr;
+  cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw InvalidUsage(strCat("cuda:", ordinal_, ": cannot map pid ", ownerPid,
+                              "'s device memory (cudaIpcOpenMemHandle: ", cudaGetErrorString(e),
+                              "); set XCCL_SHM_LANE=0 to stage through host memory"));
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  ipcOpened_.insert(p);
+  return p;
+}
+
+void CudaDevice::closeShared(void* ptr, size_t, bool owner) {
+  if (ptr == nullptr) return;
+  if (owner) {
+    {
+      std::lock_guard<std::mutex> g(localMu);
+      for (auto it = localShared.begin(); it != localShared.end(); ++it) {
+        if (it->second.ptr == ptr) {
+          localShared.erase(it);
+          break;
+        }
+      }
+    }
+    current();
+    if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
+    return;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  if (ipcOpened_.erase(ptr) == 0) return;  // this process's own memory, opened by pointer
+  current();
+  if (cudaIpcCloseMemHandle(ptr) != cudaSuccess) cudaGetLastError();
+}
+
+}  // namespace xccl

@@ -1,0 +1,99 @@
+// The CUDA reference device (built with XCCL_WITH_CUDA): user buffers in CUDA device memory,
+// collectives ordered on the caller's cudaStream_t as NCCL orders them.
+//
+//   copies     cudaMemcpyAsync (cudaMemcpyDefault: device, pinned staging or a peer's IPC
+//              mapping alike) on a stream of the calling (progress) thread, then synchronized
+//   kernels    kernels.cu: reduce / scale / divide for every dtype and op
+//   staging    transports' host rings are registered (cudaHostRegister, mapped) so kernels
+//              read them in place
+//   shared     payload lanes of the shared-memory transport live in device memory exported
+//              with cudaIpcGetMemHandle: ranks on one host move payloads device to device,
+//              also two ranks on one GPU (NCCL refuses those; we allow them)
+//   ordering   streamCapture = an event recorded on the caller's stream; streamHold = the
+//              stream waits on a word of mapped host memory (cuStreamWaitValue32 through the
+//              runtime's driver entry point; a one-thread spin kernel where stream memory
+//              operations are unavailable) that streamResume sets
+//
+// The library links the static CUDA runtime, which loads the driver when first used: a build
+// with CUDA runs on machines without a GPU or driver, and there getDevice("cuda") throws.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "collectives/device/device.h"
+
+namespace xccl {
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(int ordinal);  // throws InvalidUsage without a driver / that ordinal
+  ~CudaDevice() override;
+  static int currentOrdinal();  // the calling thread's current CUDA device (throws like above)
+  static int deviceCount();     // 0 when there is no usable driver or GPU (never throws)
+  // The wiring of this host's GPUs (device.h; cuda_wiring.cc): XL where the pair has native
+  // peer atomics (NVLink), else PIX/PXB/PHB/NODE/SYS from their PCI paths in sysfs.
+  static DeviceWiring wiring();
+
+  const char* name() const override { return "cuda"; }
+  int ordinal() const override { return ordinal_; }
+  std::string busId() const override { return busId_; }
+
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void registerStaging(void* ptr, size_t bytes) override;
+  void unregisterStaging(void* ptr) override;
+
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
+  void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+              xcclRedOp_t op) override;
+  void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
+             const void* scalar) override;
+  void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) override;
+
+  void* streamCapture(xcclStream_t stream) override;
+  void streamWait(void* token) override;
+  void streamRelease(void* token) override;
+  void* streamHold(xcclStream_t stream) override;
+  bool streamOrdered() const override { return true; }
+  void streamResume(void* token) override;
+  void streamFail(void* token, const std::string& why) override;
+
+  bool prefersSharedRings() const override { return true; }
+  void* allocShared(size_t bytes, std::string* handle) override;
+  void* openShared(const std::string& handle, int ownerPid, size_t bytes) override;
+  void closeShared(void* ptr, size_t bytes, bool owner) override;
+
+  struct Hold;  // one stream-side hold (cuda_device.cc)
+  // Where the progress threads' time on this device went (XCCL_CUDA_STATS=1 prints it when
+  // the device goes, at process exit): calls, bytes and wall time per kind of operation.
+  enum StatKind { kStatCopy, kStatReduce, kStatScale, kStatWait, kStatAlloc, kStatHold, kStats };
+  struct Stat {
+    std::atomic<uint64_t> calls{0}, bytes{0}, ns{0};
+  };
+
+ private:
+  void current() const;      // makes this device current on the calling thread
+  void* workStream() const;  // the calling thread's internal stream on this device
+  void finish(int err, const char* what) const;  // checks a launch, then synchronizes
+  const void* deviceView(const void* p) const;   // registered host memory as the GPU sees it
+
+  int ordinal_;
+  std::string busId_;
+  bool hostPointersWork_ = true;  // registered host memory has the same address on the GPU
+  void* waitValue_ = nullptr;     // cuStreamWaitValue32, when the driver offers it
+  bool trapFailed_ = true;        // XCCL_CUDA_FAILED_HOLD=trap
+
+  mutable std::mutex mu_;
+  std::map<const char*, std::pair<size_t, const char*>> staging_;  // host base -> (bytes, device)
+  std::vector<Hold*> holds_;   // every hold made, reused once the stream has passed it
+  std::set<void*> ipcOpened_;  // peers' memory mapped with cudaIpcOpenMemHandle
+  Stat stats_[kStats];
+  bool statsOn_ = false;
+};
+
+}  // namespace xccl

@@ -1,0 +1,60 @@
+// The dtype/op support matrix and the Device defaults (selection: registry.cc).
+#include "device.h"
+
+#include "common/error.h"
+#include "dtype.h"
+
+namespace xccl {
+
+size_t dtypeSize(xcclDataType_t dtype) {
+  switch (dtype) {
+    case xcclInt8:
+    case xcclUint8:
+    case xcclBool:
+      return 1;
+    case xcclFloat16:
+    case xcclBfloat16:
+      return 2;
+    case xcclInt32:
+    case xcclFloat32:
+      return 4;
+    case xcclInt64:
+    case xcclFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+bool opSupported(xcclDataType_t dtype, xcclRedOp_t op) {
+  if (dtypeSize(dtype) == 0 || op < 0 || op >= xcclNumOps) return false;
+  switch (op) {
+    case xcclSum:
+    case xcclProd:
+    case xcclMax:
+    case xcclMin:
+      return true;
+    case xcclAvg:
+    case xcclPremulSum:
+      return dtype != xcclBool;
+    case xcclBand:
+    case xcclBor:
+    case xcclBxor:
+      return !isFloatType(dtype);
+    default:
+      return false;
+  }
+}
+
+void* Device::openShared(const std::string&, int, size_t) {
+  throw InvalidUsage(strCat("device ", name(), " cannot map a peer's shared memory"));
+}
+
+void Device::closeShared(void*, size_t, bool) {}
+
+const void* Device::importBuffer(const PeerRef&, int, size_t) {
+  throw RemoteError(
+      strCat("a peer sent a peer-read frame, but device ", name(), " cannot map a peer's buffers"));
+}
+
+}  // namespace xccl

@@ -1,0 +1,150 @@
+// The device seam. Everything the core does to user buffers goes through a Device:
+// copies between device memory and the transports' host staging memory, and the
+// reduction kernels. A vendor ports XCCL by adding csrc/collectives/device/<vendor>/ with one
+// Device subclass and one row in the table of kinds (registry.cc); nothing above this layer
+// changes.
+//
+// Memory words used here:
+//   device memory  - where user tensors live (for the host device, ordinary RAM);
+//   staging memory - host memory owned by a transport (shared-memory rings, socket
+//                    buffers), registered with registerStaging() so the device's
+//                    kernels and copy engines can reach it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xccl.h"
+
+namespace xccl {
+
+enum class CopyKind {
+  kDeviceToDevice,
+  kDeviceToStaging,
+  kStagingToDevice,
+  // Like kStagingToDevice, for a destination that will not be read again soon (the final
+  // copy of a large operation): the device may bypass its caches (streaming stores), which
+  // saves the read-for-ownership of every written line.
+  kStagingToDeviceNoReuse,
+};
+
+// Device memory named so that another process of this host can map it: what a peer-read
+// frame carries (algorithms/frame.h). 64 bytes, opaque to the core, built and checked by
+// the device (xdev: an xdevIpcMemHandle_t).
+struct PeerRef {
+  unsigned char bytes[64];
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const char* name() const = 0;  // "host", "cuda"
+  virtual int ordinal() const = 0;
+  // A stable identifier of the physical device (PCI bus id, or "host:<n>"); used in logs
+  // and by topology to tell devices apart.
+  virtual std::string busId() const = 0;
+
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  // Makes host staging memory reachable by the device (pinning / mapping). Idempotent per range.
+  virtual void registerStaging(void* ptr, size_t bytes) = 0;
+  virtual void unregisterStaging(void* ptr) = 0;
+
+  // Synchronous copy of `bytes` bytes.
+  virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
+  // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a);
+  // b is device memory or registered staging memory. Avg and PremulSum are not reductions
+  // at this level (callers use kSum plus scale()); bitwise ops only for integer types.
+  virtual void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+                      xcclRedOp_t op) = 0;
+  // dst[i] = src[i] * scalar, scalar a host value of `dtype` (dst may equal src).
+  virtual void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
+                     const void* scalar) = 0;
+  // dst[i] /= divisor (integer division for integer types). Used by Avg.
+  virtual void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) = 0;
+
+  // Ordering with the caller's stream (the CUDA/NCCL model: a collective is a piece of
+  // work on the stream). streamCapture() runs on the enqueuing thread and returns a token
+  // for "all work on stream so far"; streamWait() runs on the progress thread and blocks
+  // until that work is done (so the inputs are ready). streamRelease() frees the token.
+  // streamHold() makes work enqueued on the stream afterwards wait until streamResume(token)
+  // (called exactly once, by the progress thread, when the collective is done or failed):
+  // the stream-side end of the operation.
+  // The host device has no asynchronous streams: tokens are null and nothing is held.
+  // streamOrdered(): the device orders work on streams (every stream argument is one).
+  virtual bool streamOrdered() const { return false; }
+  virtual void* streamCapture(xcclStream_t stream) = 0;
+  virtual void streamWait(void* token) = 0;
+  virtual void streamRelease(void* token) = 0;
+  virtual void* streamHold(xcclStream_t /*stream*/) { return nullptr; }
+  virtual void streamResume(void* /*token*/) {}
+  // Instead of streamResume, for an operation that failed (or was dropped after a failure):
+  // nothing queued on the stream after it may observe its outputs as a result. xdev fails
+  // the stream there (sticky, with `why`); CUDA, which cannot fail a stream from the host,
+  // faults the context with a trap kernel behind the hold unless XCCL_CUDA_FAILED_HOLD says
+  // otherwise (docs/CUDA.md). The default resumes: devices without streams hold nothing.
+  virtual void streamFail(void* token, const std::string& /*why*/) { streamResume(token); }
+
+  // Device memory another process of this host can map (CUDA IPC; for the host device a
+  // memfd): what the shared-memory transport puts its payload rings in, so that data moves
+  // device to device without a stop in host memory. allocShared() returns nullptr when the
+  // device cannot share memory; otherwise the memory and, in *handle, the text a peer passes
+  // to openShared() (with this process's pid). closeShared() releases either kind.
+  // prefersSharedRings(): payload rings in shared device memory beat host staging rings
+  // (devices whose memory the host cannot address at full speed).
+  virtual bool prefersSharedRings() const { return false; }
+  virtual void* allocShared(size_t /*bytes*/, std::string* /*handle*/) { return nullptr; }
+  virtual void* openShared(const std::string& handle, int ownerPid, size_t bytes);
+  virtual void closeShared(void* ptr, size_t bytes, bool owner);
+
+  // Single-copy transfers between processes of a host (peer reads,
+  // algorithms/exchange_progress.cc): exportBuffer() names [ptr, ptr + bytes) of device memory for
+  // a peer, or returns false when the device cannot share that memory (then the bytes travel
+  // through the transport). importBuffer() returns the address, here, of the first byte of a buffer
+  // that process ownerPid exported with at least `bytes` bytes; it maps the owner's memory the
+  // first time (later calls are a lookup) and throws RemoteError for a reference it cannot honour.
+  virtual bool exportBuffer(const void* /*ptr*/, size_t /*bytes*/, PeerRef* /*ref*/) {
+    return false;
+  }
+  virtual const void* importBuffer(const PeerRef& ref, int ownerPid, size_t bytes);
+};
+
+// A device by kind ("host", "xdev"; "" = XCCL_DEVICE, default host) and ordinal (< 0: the
+// kind's current/default ordinal). One instance per (kind, ordinal) per process. Throws
+// InvalidUsage for a kind this build lacks or an ordinal the kind does not have.
+Device& getDevice(const std::string& kind, int ordinal);
+Device& getDevice(int ordinal);  // getDevice("", ordinal)
+// The kinds this build has, e.g. "host, xdev, cuda".
+const char* availableDeviceKinds();
+// The kind an xcclConfig_t deviceType selects ("" for xcclDeviceDefault: XCCL_DEVICE decides).
+// Throws Error(kInvalidArgument) for a value that is no xcclDeviceType_t.
+const char* deviceKind(xcclDeviceType_t type);
+
+// How this host's devices of a kind are wired, for topology detection: how many there are,
+// each one's NUMA node, and for every pair the kind of the link ("XL" direct device link,
+// "PIX", "PXB", "PHB", "NODE", "SYS": the words of collectives/topology/system.h) and its
+// GB/s (0: not known). The host kind has no devices (count 0). xdev's wiring is simulated
+// (xdev_device.cc); CUDA's is read from the runtime and the PCI tree in sysfs.
+struct DeviceWiring {
+  int count = 0;
+  std::vector<int> numa;
+  std::vector<std::vector<std::string>> kind;
+  std::vector<std::vector<double>> gbs;
+  void resize(int n) {
+    count = n;
+    numa.assign(n, 0);
+    kind.assign(n, std::vector<std::string>(n, ""));
+    gbs.assign(n, std::vector<double>(n, 0));
+  }
+};
+DeviceWiring deviceWiring(const std::string& kind);
+
+// True for the reduction ops defined on dtype (e.g. no bitwise ops on floats).
+bool opSupported(xcclDataType_t dtype, xcclRedOp_t op);
+size_t dtypeSize(xcclDataType_t dtype);
+
+}  // namespace xccl

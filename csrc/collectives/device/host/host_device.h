@@ -1,0 +1,49 @@
+// The host-memory simulated accelerator: "device memory" is ordinary RAM, copies are
+// memcpy, kernels are loops the compiler vectorises. It runs everywhere and is the
+// reference the other devices are checked against.
+#pragma once
+
+#include <map>
+#include <mutex>
+
+#include "collectives/device/device.h"
+#include "common/shared_memory.h"
+
+namespace xccl {
+
+class HostDevice : public Device {
+ public:
+  explicit HostDevice(int ordinal) : ordinal_(ordinal) {}
+  const char* name() const override { return "host"; }
+  int ordinal() const override { return ordinal_; }
+  std::string busId() const override;
+
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void registerStaging(void*, size_t) override {}
+  void unregisterStaging(void*) override {}
+
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
+  void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+              xcclRedOp_t op) override;
+  void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
+             const void* scalar) override;
+  void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) override;
+
+  // Shareable memory is a memfd mapping; the handle is its fd number.
+  void* allocShared(size_t bytes, std::string* handle) override;
+  void* openShared(const std::string& handle, int ownerPid, size_t bytes) override;
+  void closeShared(void* ptr, size_t bytes, bool owner) override;
+
+  // The host device has no streams: a stream argument is a caller's mistake.
+  void* streamCapture(xcclStream_t stream) override;
+  void streamWait(void*) override {}
+  void streamRelease(void*) override {}
+
+ private:
+  int ordinal_;
+  std::mutex sharedMu_;
+  std::map<void*, SharedMapping> shared_;  // allocShared / openShared mappings by address
+};
+
+}  // namespace xccl

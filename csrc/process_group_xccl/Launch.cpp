@@ -1,0 +1,282 @@
+// Launch.cpp — how an operation reaches libxccl once a collective checked and staged it:
+// launch() picks the communicator and makes the Work (prepare), then runs the operation in
+// one of three ways: on the calling thread (runOnCaller), on a device's communication stream
+// (runOnStream), or asynchronously on the host communicator (runAsync). Coalescing blocks
+// (startCoalescing .. endCoalescing) gather the last two under one event.
+#include <algorithm>
+#include <optional>
+
+#include <c10/core/StreamGuard.h>
+
+#include "FlightRecorder.hpp"
+#include "ProcessGroupXCCL.hpp"
+#include "Utils.hpp"
+
+namespace torch_xccl {
+
+namespace {
+// What one enqueue on a communicator gave: open is false when the communicator was closed
+// (nothing ran); otherwise r, libxccl's error text, and the event when one was asked for.
+struct Enqueued {
+  bool open = false;
+  xcclResult_t r = xcclSuccess;
+  std::string detail;
+  xcclEvent_t ev{};
+};
+
+// Runs `enqueue` under the communicator's shared lock and, when it was accepted and
+// recordEvent is set, records the event the Work completes on.
+Enqueued enqueueOn(CommState& state, Target target, const Enqueue& enqueue, bool recordEvent) {
+  Enqueued e;
+  e.open = state.use([&](xcclComm_t c) {
+    target.comm = c;
+    e.r = enqueue(target);
+    if (e.r != xcclSuccess) {
+      e.detail = xcclGetLastError(nullptr);
+      if (e.detail.empty()) e.detail = xcclGetLastError(c);
+      return;
+    }
+    if (recordEvent) {
+      e.r = xcclEventRecord(&e.ev, c);
+      if (e.r != xcclSuccess) e.detail = xcclGetLastError(nullptr);
+    }
+  });
+  return e;
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(Op op) {
+  Launch l = prepare(op);
+  if (isAccelerator(l.device)) return runOnStream(op, l);
+  // A blocking collective on the host communicator runs on this thread (XCCL_STREAM_CALLER):
+  // torch waits for it at once anyway, and the hand-off to libxccl's progress thread and
+  // back was most of a small collective's time. The Work is complete when launch returns.
+  if (op.extra.callerWaits && runOnCaller_ && !coalescing_ && !state_->desync) {
+    return runOnCaller(op, l);
+  }
+  return runAsync(op, l);
+}
+
+ProcessGroupXCCL::Launch ProcessGroupXCCL::prepare(Op& op) {
+  Launch l;
+  l.device = deviceOf(op.name, op.outputs, op.keepAlive, op.extra);
+  const bool onDev = isAccelerator(l.device);
+  if (coalescing_ && coalescedComm_) {
+    TORCH_CHECK(coalescedComm_->device == l.device, "xccl ", op.name,
+                ": every operation of a coalescing block must be on one device; the block "
+                "started on ",
+                coalescedComm_->device, ", this one is on ", l.device);
+    l.dc = coalescedComm_;
+  } else {
+    l.dc = onDev ? commFor(op.name, l.device) : host_;
+    if (coalescing_) coalescedComm_ = l.dc;
+  }
+  if (state_->desync) {
+    l.issued = describeCall(op.name, op.keepAlive.empty() ? op.outputs : op.keepAlive);
+  }
+  if (onDev) {
+    // Memory safety comes from recordStream (below), as with NCCL: the Work does not hold
+    // the inputs and staging buffers, so the allocator test in the suite can catch a miss.
+    for (const auto& t : op.outputs) recordStream(t, *l.dc->stream);
+    for (const auto& t : op.keepAlive) {
+      // a contiguous output is its own staging buffer: recorded once
+      bool isOutput = std::any_of(op.outputs.begin(), op.outputs.end(),
+                                  [&](const at::Tensor& o) { return o.is_same(t); });
+      if (!isOutput) recordStream(t, *l.dc->stream);
+    }
+    op.keepAlive.clear();
+  }
+  // A barrier, and a receive whose source the caller asks for, block the host in wait().
+  const bool hostBlocking =
+      op.type == c10d::OpType::BARRIER || op.type == c10d::OpType::RECVANYSOURCE;
+  // On a device the post step is queued on the stream (runOnStream); on the host the Work
+  // runs it when it completes.
+  l.work = c10::make_intrusive<WorkXCCL>(
+      getRank(), op.type, op.name, seq_.load() + 1, std::move(op.outputs), std::move(op.keepAlive),
+      onDev ? nullptr : std::move(op.post), opTimeout(op.timeout), l.dc->state, blockingWait_,
+      errorMode_, l.dc->stream, onDev && hostBlocking);
+  if (op.extra.peerSlot != nullptr) {
+    *op.extra.peerSlot = l.work->peerSlot();
+    l.work->setPeerIsOutput(true);
+  }
+  l.p2p = op.type == c10d::OpType::SEND || op.type == c10d::OpType::RECV ||
+          op.type == c10d::OpType::RECVANYSOURCE;
+  return l;
+}
+
+// Every rank of the group numbers the group's collectives alike (point-to-point apart), so
+// the desync report and the flight recorder can line the ranks up. Under enqueueMu.
+void ProcessGroupXCCL::numberAndRecord(const Op& op, Launch& l) {
+  const uint64_t opSeq = seq_.fetch_add(1) + 1;
+  const uint64_t number = l.p2p ? ++p2pSeq_ : ++collSeq_;
+  WorkXCCL& w = *l.work;
+  if (state_->desync && !l.p2p) {
+    w.collSeq_ = number;
+    state_->desync->recordIssued(number, l.issued);
+  }
+  w.flightId_ =
+      FlightRecorder::get().record({flightGroup_, isAccelerator(l.device), l.p2p, number, opSeq,
+                                    op.name, l.device, w.timeout_.count(), op.inputs, w.outputs_});
+}
+
+// Undoes numberAndRecord for an operation that never ran. Under enqueueMu.
+void ProcessGroupXCCL::takeBack(Launch& l, const std::string& why) {
+  seq_.fetch_sub(1);
+  --(l.p2p ? p2pSeq_ : collSeq_);
+  FlightRecorder::get().retire(l.work->flightId_, distError(why), false);
+}
+
+// The operation runs to its end inside xcclX (XCCL_STREAM_CALLER), so it is numbered and
+// recorded before it runs, and taken back when libxccl refuses it.
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launch& l) {
+  std::optional<std::pair<std::exception_ptr, std::string>> failed;
+  {
+    std::lock_guard<std::mutex> g(l.dc->state->enqueueMu);
+    numberAndRecord(op, l);
+    Target target;
+    target.stream = XCCL_STREAM_CALLER;
+    Enqueued e = enqueueOn(*l.dc->state, target, op.enqueue, /*recordEvent=*/false);
+    if (!e.open) {
+      const std::string why = std::string("xccl ") + op.name + ": " + l.dc->state->reason();
+      takeBack(l, why);
+      throwDist(why);
+    }
+    if (e.r != xcclSuccess && e.r != xcclInvalidArgument && e.r != xcclInvalidUsage) {
+      // The operation ran and failed: as when the completion thread finds a failed Work, the
+      // Work carries the error (torch's wait() raises it) and the group's error handling runs
+      // (below, outside the communicator's locks).
+      auto err = l.work->makeError(e.r, "operation failed: " + e.detail);
+      l.work->complete(err);
+      failed = std::make_pair(err, e.detail);
+    } else if (e.r != xcclSuccess) {
+      const std::string why =
+          std::string("xccl ") + op.name + ": " + libError(e.r, e.detail.c_str());
+      takeBack(l, why);
+      throwDist(why);
+    } else {
+      l.work->complete(nullptr);  // the copy-backs, then done
+    }
+  }
+  if (failed) handleAsyncError(*l.work, failed->first, failed->second);
+  return l.work;
+}
+
+// The communication stream starts after the work queued so far on the caller's stream; the
+// operation, its post step and the end event are queued on it.
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnStream(Op& op, Launch& l) {
+  {
+    std::lock_guard<std::mutex> g(l.dc->state->enqueueMu);
+    l.dc->ready->record(currentStream(l.device));
+    l.dc->ready->block(*l.dc->stream);
+    Target target;
+    target.stream = nativeStream(*l.dc->stream);
+    if (!enqueueAndRecord(op, l, target)) {
+      if (op.post) coalescedPosts_.push_back(std::move(op.post));  // queued after the block
+      return l.work;
+    }
+    finishOnStream({l.work}, *l.dc->stream, op.post);
+  }
+  enqueueForCompletion({l.work});
+  return l.work;
+}
+
+// libxccl's progress thread runs it; the Work completes on its event, in wait() or on the
+// completion thread, whichever sees it first.
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runAsync(const Op& op, Launch& l) {
+  {
+    std::lock_guard<std::mutex> g(l.dc->state->enqueueMu);
+    if (!enqueueAndRecord(op, l, Target{})) return l.work;
+  }
+  enqueueForCompletion({l.work});
+  return l.work;
+}
+
+// Numbered and recorded once libxccl accepted the operation: a refusal throws with nothing
+// to take back.
+bool ProcessGroupXCCL::enqueueAndRecord(const Op& op, Launch& l, const Target& target) {
+  Enqueued e = enqueueOn(*l.dc->state, target, op.enqueue, /*recordEvent=*/!coalescing_);
+  if (!e.open) throwDist(std::string("xccl ") + op.name + ": " + l.dc->state->reason());
+  if (e.r != xcclSuccess) {
+    throwDist(std::string("xccl ") + op.name + ": " + libError(e.r, e.detail.c_str()));
+  }
+  numberAndRecord(op, l);
+  if (coalescing_) {
+    coalesced_.push_back(l.work);
+    return false;
+  }
+  l.work->setEvent(e.ev);
+  return true;
+}
+
+// Device operations, once enqueued: the post step (copy-backs) is queued on the communication
+// stream, then the end event every Work of the launch completes with, then their futures.
+void ProcessGroupXCCL::finishOnStream(const std::vector<c10::intrusive_ptr<WorkXCCL>>& works,
+                                      const c10::Stream& stream,
+                                      const std::function<void()>& post) {
+  c10::StreamGuard onComm(stream);
+  if (post) post();
+  auto end = std::make_shared<DeviceEvent>(stream.device());
+  end->record(stream);
+  for (const auto& w : works) w->setEnd(end);
+}
+
+// ---------------------------------------------------------------- coalescing
+
+void ProcessGroupXCCL::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "xccl startCoalescing: already inside a coalescing block");
+  xcclResult_t r = xcclGroupStart();
+  if (r != xcclSuccess)
+    throwDist("xccl startCoalescing: " + libError(r, xcclGetLastError(nullptr)));
+  coalescing_ = true;
+  coalescedComm_.reset();
+  coalescedPosts_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
+  TORCH_CHECK(coalescing_, "xccl endCoalescing: no coalescing block was started");
+  coalescing_ = false;
+  auto works = std::move(coalesced_);
+  coalesced_.clear();
+  auto posts = std::move(coalescedPosts_);
+  coalescedPosts_.clear();
+  std::shared_ptr<DeviceComm> dc = coalescedComm_ ? coalescedComm_ : host_;
+  coalescedComm_.reset();
+  std::vector<at::Tensor> outputs;
+  for (auto& w : works) {
+    for (auto& t : w->outputs_) outputs.push_back(t);
+  }
+  auto end = c10::make_intrusive<WorkXCCL>(getRank(), c10d::OpType::COALESCED, "coalesced",
+                                           seq_.load(), outputs, std::vector<at::Tensor>{}, nullptr,
+                                           opTimeout(kNoTimeout), dc->state, blockingWait_,
+                                           errorMode_, dc->stream);
+  works.push_back(end);
+  {
+    std::lock_guard<std::mutex> g(dc->state->enqueueMu);
+    xcclResult_t r = xcclGroupEnd();
+    std::string detail = r != xcclSuccess ? xcclGetLastError(nullptr) : "";
+    xcclEvent_t ev{};
+    bool open = dc->state->use([&](xcclComm_t c) {
+      if (r == xcclSuccess) {
+        r = xcclEventRecord(&ev, c);
+        if (r != xcclSuccess) detail = xcclGetLastError(nullptr);
+      }
+    });
+    auto fail = [&](const std::string& m) {
+      auto e = distError("xccl endCoalescing: " + m);
+      for (auto& w : works) w->complete(e);
+      std::rethrow_exception(e);
+    };
+    if (!open) fail(dc->state->reason());
+    if (r != xcclSuccess) fail(libError(r, detail.c_str()));
+    for (auto& w : works) w->setEvent(ev);
+    if (dc->stream) {
+      finishOnStream(works, *dc->stream, [&posts] {
+        for (auto& p : posts) p();
+      });
+    }
+  }
+  enqueueForCompletion(works);
+  return end;
+}
+
+}  // namespace torch_xccl
