@@ -80,6 +80,14 @@ class BuildWithCore(BuildExtension):
     """Builds libxccl and libxdev first, links the extension to them, bundles both next to
     the extension (one copy of each per process: the device runtime's state is shared)."""
 
+    def finalize_options(self):
+        super().finalize_options()
+        # Objects in the checkout (build-plugin/temp), not in pip's temporary directory: ninja
+        # rebuilds only what changed, and ccache (scripts/ccache_env.sh), which takes paths
+        # relative to the compiler's working directory, then sees the same command in every
+        # checkout, so a fresh clone's build comes from the cache.
+        self.build_temp = os.path.join(ROOT, "build-plugin", "temp")
+
     def run(self):
         self._core_libs = build_core()
         super().run()
