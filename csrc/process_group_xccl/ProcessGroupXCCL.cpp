@@ -1,7 +1,8 @@
 // ProcessGroupXCCL.cpp — the backend itself: construction (communicator rendezvous through
 // the c10d Store), teardown (shutdown, abort, the completion threads at exit), introspection
 // and the factory. Launching an operation is in Launch.cpp, the completion thread in
-// Completion.cpp, the collectives in Collectives.cpp, the Python module in Bindings.cpp.
+// Completion.cpp, the collectives by kind in Reductions, GatherScatter, AllToAll,
+// PointToPoint and Barriers (.cpp), the Python module in Bindings.cpp.
 #include "ProcessGroupXCCL.hpp"
 
 #include <sstream>

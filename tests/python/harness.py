@@ -1,9 +1,14 @@
 """Multi-process harness for the plugin tests: real processes, hard timeouts, no leftovers.
 
-run_world(fn, world_size, timeout=..., **kwargs) starts `world_size` spawned processes, each
+run_world(fn, world_size, timeout=..., **kwargs) starts `world_size` fresh processes, each
 calling fn(rank, world_size, **kwargs) after init_process_group("xccl") over a fresh TCP
 store, and returns the list of per-rank return values (each must be picklable). A rank that
 raises, exits, or exceeds the timeout fails the call; every child is killed on the way out.
+
+The ranks fork from a server process that has imported torch once (multiprocessing's
+forkserver, started with torch's device-backend autoload off, so torch_xccl itself is
+imported by each rank, after the rank has taken the caller's environment as it is at the
+call). Spawned ranks each imported torch: most of the CPU time of this suite on two cores.
 """
 from __future__ import annotations
 
@@ -22,8 +27,33 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs, device_id=None):
+def _context():
+    """The multiprocessing context of the ranks: forkserver with torch preloaded, its server
+    started once per test process with TORCH_DEVICE_BACKEND_AUTOLOAD=0 (torch_xccl is left to
+    the ranks, which read their environment first). XCCL_TEST_SPAWN=1: spawn, as before."""
+    if os.environ.get("XCCL_TEST_SPAWN") == "1":
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    from multiprocessing import forkserver
+    ctx.set_forkserver_preload(["torch", "torch.distributed"])
+    before = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     try:
+        forkserver.ensure_running()  # a no-op once it runs
+    finally:
+        if before is None:
+            del os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"]
+        else:
+            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = before
+    return ctx
+
+
+def _entry(fn, rank, world_size, port, results, init, pg_timeout_s, kwargs, device_id=None,
+           env=None):
+    try:
+        if env is not None:  # the caller's environment now, not the server's at its start
+            os.environ.clear()
+            os.environ.update(env)
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         import torch
         import torch.distributed as dist
@@ -74,12 +104,12 @@ def run_world(fn, world_size, timeout=120.0, init=True, pg_timeout_s=60.0,
     device_id="xdev": init_process_group(device_id=xdev:(rank % 2)) (eager, bound group);
     device_id="cuda": likewise on cuda:(rank % the GPU count).
     """
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_entry,
                          args=(fn, r, world_size, port, results, init, pg_timeout_s, kwargs,
-                               device_id),
+                               device_id, dict(os.environ)),
                          daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()

@@ -80,7 +80,7 @@ def test_every_knob_row_has_its_default_in_range_and_in_the_doc():
 
 
 def test_logging_knobs_are_documented():
-    # Read by common.cc through getenv (before any communicator exists), not XCCL_PARAM.
+    # Read by common/log.cc through getenv (before any communicator exists), not XCCL_PARAM.
     doc = (ROOT / "docs" / "ENV.md").read_text()
     for knob in ("XCCL_DEBUG", "XCCL_DEBUG_SUBSYS", "XCCL_DEBUG_FILE"):
         assert f"`{knob}`" in doc
