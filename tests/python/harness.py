@@ -8,7 +8,11 @@ raises, exits, or exceeds the timeout fails the call; every child is killed on t
 The ranks fork from a server process that has imported torch once (multiprocessing's
 forkserver, started with torch's device-backend autoload off, so torch_xccl itself is
 imported by each rank, after the rank has taken the caller's environment as it is at the
-call). Spawned ranks each imported torch: most of the CPU time of this suite on two cores.
+call): spawned ranks each imported torch, a third of this suite's time on two cores. A
+forked rank ends with os._exit, skipping atexit handlers and the interpreter's finalisation,
+so a world whose test is about how a rank ends (allow_exit, or a worker module that sets
+FRESH_INTERPRETER = True: the flight recorder's dumps at exit, exits and restarts, lost
+peers) is spawned, each rank a fresh interpreter that ends as a user's process does.
 """
 from __future__ import annotations
 
@@ -27,11 +31,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def _context():
-    """The multiprocessing context of the ranks: forkserver with torch preloaded, its server
-    started once per test process with TORCH_DEVICE_BACKEND_AUTOLOAD=0 (torch_xccl is left to
-    the ranks, which read their environment first). XCCL_TEST_SPAWN=1: spawn, as before."""
-    if os.environ.get("XCCL_TEST_SPAWN") == "1":
+def _context(fresh: bool):
+    """The multiprocessing context of the ranks: spawn when `fresh` (or XCCL_TEST_SPAWN=1),
+    else forkserver with torch preloaded, its server started once per test process with
+    TORCH_DEVICE_BACKEND_AUTOLOAD=0 (torch_xccl is left to the ranks, which read their
+    environment first)."""
+    if fresh or os.environ.get("XCCL_TEST_SPAWN") == "1":
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     from multiprocessing import forkserver
@@ -104,7 +109,8 @@ def run_world(fn, world_size, timeout=120.0, init=True, pg_timeout_s=60.0,
     device_id="xdev": init_process_group(device_id=xdev:(rank % 2)) (eager, bound group);
     device_id="cuda": likewise on cuda:(rank % the GPU count).
     """
-    ctx = _context()
+    fresh = bool(allow_exit) or getattr(sys.modules.get(fn.__module__), "FRESH_INTERPRETER", False)
+    ctx = _context(fresh)
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_entry,

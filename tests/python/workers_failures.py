@@ -18,6 +18,10 @@ import time
 import torch
 import torch.distributed as dist
 
+# Ranks of these workers are fresh interpreters (harness.run_world):
+# peers that die or leave, and the survivors' exits.
+FRESH_INTERPRETER = True
+
 # Large enough for the peer-read (single copy) path on xdev; odd for the chunked rings.
 BIG = (1 << 18) + 3
 SMALL = 17

@@ -10,6 +10,10 @@ import torch.distributed as dist
 
 import torch_xccl
 
+# Ranks of these workers are fresh interpreters (harness.run_world):
+# the dumps are written and awaited at exit (atexit).
+FRESH_INTERPRETER = True
+
 
 def _store():
     return dist.distributed_c10d._get_default_store()

@@ -7,6 +7,10 @@ import time
 import torch
 import torch.distributed as dist
 
+# Ranks of these workers are fresh interpreters (harness.run_world):
+# the end-of-job exit is what these test.
+FRESH_INTERPRETER = True
+
 
 def _call(case, rank, world, numel, device="cpu"):
     """Issue rank `rank`'s side of disagreement `case`; the last rank is the one that differs."""

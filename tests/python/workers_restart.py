@@ -16,6 +16,10 @@ import traceback
 import torch
 import torch.distributed as dist
 
+# Ranks of these workers are fresh interpreters (harness.run_world):
+# re-initialisation and exits are what these test.
+FRESH_INTERPRETER = True
+
 
 def _expect(cond, what):
     if not cond:
