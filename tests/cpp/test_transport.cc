@@ -85,7 +85,8 @@ TEST(CallbackStore, FailingSetIsAnIoError) {
 
 TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
   xccl::PeerInfo in{
-      3, 4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555", 5, "host a\ndevices 8\n"};
+      3,          4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555", 5, "host a\ndevices 8\n",
+      "10.1.2.3:6000 00ff"};
   std::string wire = xccl::serializePeerInfo(in, xccl::kPeerFlagNoShm);
   uint32_t flags = 0;
   xccl::PeerInfo out = xccl::parsePeerInfo(wire, &flags);
@@ -97,6 +98,7 @@ TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
   EXPECT_EQ(out.tcpAddr, in.tcpAddr);
   EXPECT_EQ(out.device, 5);
   EXPECT_EQ(out.topology, in.topology);
+  EXPECT_EQ(out.service, in.service);
   EXPECT_EQ(flags, xccl::kPeerFlagNoShm);
   for (size_t n = 0; n < wire.size(); ++n) {
     EXPECT_THROW(xccl::parsePeerInfo(wire.substr(0, n)), xccl::RemoteError) << "length " << n;

@@ -42,6 +42,21 @@ std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadli
 // The secret carried by a unique id.
 std::string uniqueIdSecret(const xcclUniqueId& id);
 
+// The process's bootstrap service: the same authenticated key-value server, one per
+// process, started by its first communicator and kept for the life of the process.
+// Returns its description, "ip:port <secret hex>", which every communicator publishes in
+// PeerInfo::service, so that its members can rendezvous again without the caller's store:
+// xcclCommSplit and xcclCommShrink build the child over the lowest member's service, and
+// xcclCommProbeAlive asks each peer's service whether its process still answers. A forked
+// child starts its own.
+std::string processService();
+// A Store client of the service `service` describes.
+std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline);
+// Whether the process behind `service` answers (connects and authenticates) before the
+// deadline: false when it refused (the process is gone), reset, or stayed silent (stopped,
+// cut off).
+bool probeService(const std::string& service, const Deadline& deadline);
+
 // A view of `inner` with every key under `prefix` (the caller keeps `inner` alive).
 std::unique_ptr<Store> makeScopedStore(Store& inner, const std::string& prefix);
 
@@ -66,6 +81,7 @@ struct PeerInfo {
   std::string tcpAddr;   // "ip:port" of this rank's data listener
   int device = -1;       // the device's ordinal on its host (-1: host memory, no device)
   std::string topology;  // this host as detected (topology/detect.h, topo_file.h text) or ""
+  std::string service;   // the process's bootstrap service (processService())
 };
 
 // The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id + network

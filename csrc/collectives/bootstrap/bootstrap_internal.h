@@ -5,11 +5,12 @@
 #include <string>
 
 #include "bootstrap.h"
+#include "collectives/transport/tcp/socket.h"
 
 namespace xccl {
 
-// Wire form of PeerInfo: "XPI2", then rank, pid, flags and device ordinal (u32 LE), then five
-// length-prefixed strings (u32 LE length + bytes; the topology text up to 64 KiB, the others
+// Wire form of PeerInfo: "XPI3", then rank, pid, flags and device ordinal (u32 LE), then six
+// length-prefixed strings (host id, hostname, bus id, TCP address, topology, service) (u32 LE length + bytes; the topology text up to 64 KiB, the others
 // up to 4 KiB). parsePeerInfo throws RemoteError on anything
 // malformed (truncated, oversized field, trailing bytes) and never reads out of bounds.
 // `flags` carries per-rank transport choices that both ends of a pair must agree on
@@ -69,5 +70,16 @@ struct StoreRequest {
 enum class StoreParse { kNeedMore, kDone, kBad };
 StoreParse parseStoreRequest(const std::string& in, StoreRequest* req, size_t* used,
                              std::string* why);
+
+// The store server (unique_id.cc) on `listener`, authenticating clients with `secret` (raw
+// bytes), in a detached thread. forever: it never retires (the process's bootstrap
+// service); otherwise it retires once every rank of a unique-id rendezvous marked done.
+void startStoreServer(net::Fd listener, const std::string& secret, bool forever);
+// A client of the store server at `addr` (connect, then the mutual challenge-response).
+std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
+                                      const std::string& what, const Deadline& deadline);
+// The client's half of the challenge-response on a connected socket; throws RemoteError
+// when the server does not know the secret or refuses our proof.
+void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& ctx);
 
 }  // namespace xccl

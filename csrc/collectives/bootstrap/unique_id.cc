@@ -71,8 +71,10 @@ enum class Parse { kNeedMore, kDone, kBad };
 
 class StoreServer {
  public:
-  StoreServer(net::Fd listener, std::string secret)
-      : listener_(std::move(listener)), secret_(std::move(secret)) {}
+  // forever: never retire (the process's bootstrap service); otherwise retire once every
+  // rank of the unique-id rendezvous is done.
+  StoreServer(net::Fd listener, std::string secret, bool forever = false)
+      : listener_(std::move(listener)), secret_(std::move(secret)), forever_(forever) {}
 
   void run();
 
@@ -86,6 +88,7 @@ class StoreServer {
 
   net::Fd listener_;
   std::string secret_;  // raw bytes
+  bool forever_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::map<std::string, std::string> kv_;
   std::set<std::string> doneKeys_;
@@ -127,7 +130,7 @@ void StoreServer::run() {
 }
 
 bool StoreServer::finished() const {
-  return nranks_ > 0 && static_cast<long>(doneKeys_.size()) >= nranks_ && clients_.empty();
+  return !forever_ && nranks_ > 0 && static_cast<long>(doneKeys_.size()) >= nranks_ && clients_.empty();
 }
 
 void StoreServer::acceptAll() {
@@ -333,6 +336,16 @@ sockaddr_in idAddr(const xcclUniqueId& id) {
 
 }  // namespace
 
+void startStoreServer(net::Fd listener, const std::string& secret, bool forever) {
+  auto* server = new StoreServer(std::move(listener), secret, forever);
+  // Detached: the thread owns `server` and frees it when it retires. If the process exits
+  // first, the thread dies in poll() without touching anything global.
+  std::thread([server] {
+    server->run();
+    delete server;
+  }).detach();
+}
+
 void createUniqueId(xcclUniqueId* id) {
   XCCL_CHECK_ARG(id != nullptr, "uniqueId is NULL");
   std::string commId = xcclParamCommId();
@@ -350,13 +363,7 @@ void createUniqueId(xcclUniqueId* id) {
   std::memcpy(id->internal + 12, &addr.sin_port, 2);
   std::memcpy(id->internal + 16, secret.data(), kSecretBytes);
 
-  auto* server = new StoreServer(std::move(listener), secret);
-  // Detached: the thread owns `server` and frees it when every rank is done. If the
-  // process exits first, the thread dies in poll() without touching anything global.
-  std::thread([server] {
-    server->run();
-    delete server;
-  }).detach();
+  startStoreServer(std::move(listener), secret, /*forever=*/false);
   XCCL_INFO(BOOT, "unique-id store listening on ", net::formatAddr(addr));
 }
 
@@ -395,33 +402,42 @@ std::string uniqueIdSecret(const xcclUniqueId& id) {
   return toHex(std::string(id.internal + 16, kSecretBytes));
 }
 
-std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline) {
-  sockaddr_in addr = idAddr(id);
-  std::string where = net::formatAddr(addr);
-  net::WaitCtx ctx{deadline, nullptr, strCat("unique-id store ", where)};
-  net::Fd fd = net::connectTo(addr, ctx);
-  const std::string secret(id.internal + 16, kSecretBytes);
+// The client's half of the mutual challenge-response on a connected socket.
+void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& ctx) {
   const std::string mine = auth::nonce();
   std::string hello(kHelloMagic, 4);
   net::putU32(hello, kVersion);
   hello += mine;
-  net::sendAll(fd.get(), hello.data(), hello.size(), ctx);
+  net::sendAll(fd, hello.data(), hello.size(), ctx);
   std::string answer(auth::kNonceBytes + auth::kProofBytes, '\0');
-  net::recvAll(fd.get(), &answer[0], answer.size(), ctx);
+  net::recvAll(fd, &answer[0], answer.size(), ctx);
   const std::string theirs = answer.substr(0, auth::kNonceBytes);
   if (!auth::sameProof(answer.substr(auth::kNonceBytes),
                        auth::proof(secret, "store-server", mine, theirs, "xccl-store"))) {
     throw RemoteError(strCat(ctx.what,
-                             " does not know this unique id's secret (another job's "
-                             "store on that address?)"));
+                             " does not know this secret (another job's store on that address?)"));
   }
   const std::string proof = auth::proof(secret, "store-client", theirs, mine, "xccl-store");
-  net::sendAll(fd.get(), proof.data(), proof.size(), ctx);
+  net::sendAll(fd, proof.data(), proof.size(), ctx);
   char status = 1;
-  net::recvAll(fd.get(), &status, 1, ctx);
+  net::recvAll(fd, &status, 1, ctx);
   if (status != 0) throw RemoteError(strCat(ctx.what, " refused us: bad proof"));
-  XCCL_TRACE(BOOT, "connected to unique-id store ", where);
+}
+
+// One authenticated client connection to a store server at `addr` holding `secret` (raw).
+std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
+                                      const std::string& what, const Deadline& deadline) {
+  const std::string where = net::formatAddr(addr);
+  net::WaitCtx ctx{deadline, nullptr, strCat(what, " ", where)};
+  net::Fd fd = net::connectTo(addr, ctx);
+  authenticateClient(fd.get(), secret, ctx);
+  XCCL_TRACE(BOOT, "connected to ", what, " ", where);
   return std::make_unique<UniqueIdStore>(std::move(fd), where);
+}
+
+std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline) {
+  return connectStoreAt(idAddr(id), std::string(id.internal + 16, kSecretBytes),
+                        "unique-id store", deadline);
 }
 
 }  // namespace xccl

@@ -2,6 +2,7 @@
 //
 //   api_edge.cc    version, error strings, names, the last error, queries and events
 //   api_comm.cc    communicator creation and destruction
+//   api_derive.cc  split, shrink, revoke and the liveness probe (derive.h)
 //   api_coll.cc    the collective and point-to-point entries: each builds one CollArgs
 //   api_group.cc   the one validator, groups, and the way a call reaches the queue
 //

@@ -40,7 +40,10 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       waitSpin_(xcclParamWaitSpin()),
       streamingFrom_(xcclParamStreamingStoreBytes()),
       name_(config.name ? config.name : ""),
+      config_(config),
+      scope_(recordScope(secret)),
       device_(&getDevice(deviceKind(config.deviceType), config.device)) {
+  config_.name = nullptr;  // the caller's string: name_ keeps a copy
   setLogRank(rank);
   auto t0 = Clock::now();
   const std::string topoFile = xcclParamTopoFile();
@@ -171,6 +174,20 @@ void Comm::abort() {
   std::lock_guard<std::mutex> lock(mu_);
   stop_ = true;
   workCv_.notify_all();
+}
+
+void Comm::revoke() {
+  const std::string why = strCat("rank ", rank_, " revoked the communicator");
+  // The note first: a peer that finds the connection closed reads why.
+  for (auto& c : peers_.connections) {
+    if (!c) continue;
+    try {
+      c->leaveNote(why);
+    } catch (const std::exception&) {
+    }
+  }
+  fail(xcclInvalidUsage, why);
+  abort();
 }
 
 std::string Comm::lastError() const {

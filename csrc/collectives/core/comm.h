@@ -84,6 +84,22 @@ class Comm {
   // Fails every pending and later operation at once (their waits return); safe from any
   // thread, also while others use the communicator. The destructor still frees it.
   void abort();
+  // abort() that tells the peers why: each connection carries the note "rank r revoked the
+  // communicator" before it closes, so every peer's pending or next operation fails at once
+  // naming the revocation. The communicator can still be split or shrunk (derive.h).
+  void revoke();
+
+  // What the derivations (core/derive.h: split, shrink, probe) need of their parent.
+  const std::vector<PeerInfo>& peers() const { return peers_.peers; }
+  // The key scope of this communicator's records (recordScope of its secret): a child's
+  // rendezvous lives under it, so it never meets another communicator's.
+  const std::string& scope() const { return scope_; }
+  // The configuration it was made with (name: name()).
+  const xcclConfig_t& config() const { return config_; }
+  const std::string& name() const { return name_; }
+  // The number of the next derivation (split or shrink): every member calls them in the
+  // same order, so the numbers agree.
+  uint64_t nextDerivation() { return derivations_.fetch_add(1); }
   xcclResult_t asyncError() const { return asyncError_.load(); }
   std::string lastError() const;
 
@@ -112,6 +128,9 @@ class Comm {
   int64_t waitSpin_;       // XCCL_WAIT_SPIN
   int64_t streamingFrom_;  // XCCL_STREAMING_STORE_BYTES
   std::string name_;
+  xcclConfig_t config_;
+  std::string scope_;
+  std::atomic<uint64_t> derivations_{0};
   Device* device_;
   PeerSetup peers_;
   CommTopology topo_;

@@ -179,6 +179,42 @@ XCCL_API xcclResult_t xcclCommAbort(xcclComm_t comm);
  * see the closure. Safe from any thread while other threads use comm; idempotent. The
  * communicator must still be freed with xcclCommAbort or xcclCommDestroy. */
 XCCL_API xcclResult_t xcclCommInterrupt(xcclComm_t comm);
+/* ---- communicators made from communicators (survivors continue) ----
+ * None of these use the store or unique id the parent was made with: every process runs a
+ * small bootstrap service whose address the parent's members exchanged at creation, and a
+ * child's members meet on the service of the child's rank 0. They work on a failed parent
+ * (a dead, stopped or cut-off peer). The child is a new communicator with its own
+ * connections, timeout and configuration; the parent stays valid until it is destroyed
+ * or aborted (do that after making the children). */
+#define XCCL_SPLIT_NOCOLOR (-1)
+/* Collective over comm (every rank calls it, in the same order as its other splits and
+ * shrinks): the ranks that pass the same color >= 0 form *newcomm, ranked by key (ties by
+ * their rank in comm). color XCCL_SPLIT_NOCOLOR: the rank takes part and gets NULL.
+ * config NULL: the parent's (device kind, device, timeout). Needs comm's rank 0 alive. */
+XCCL_API xcclResult_t xcclCommSplit(xcclComm_t comm, int color, int key, xcclComm_t* newcomm,
+                                    const xcclConfig_t* config);
+#define XCCL_SHRINK_DEFAULT 0x00 /* wait for comm's pending operations (up to its timeout) */
+#define XCCL_SHRINK_ABORT 0x01   /* fail comm's pending operations first (after a fault) */
+/* The ranks of comm not in excludeRanks[0..excludeCount) form *newcomm, in comm's rank
+ * order. Only those ranks call it, each with the same list (in any order); the excluded ranks
+ * may be dead, stopped or cut off. An empty list, a rank out of range or repeated, this rank
+ * itself, or every rank: xcclInvalidArgument. A rank that passes a different list never
+ * meets the others: its call fails at the timeout. config NULL: the parent's. */
+XCCL_API xcclResult_t xcclCommShrink(xcclComm_t comm, const int* excludeRanks, int excludeCount,
+                                     xcclComm_t* newcomm, const xcclConfig_t* config,
+                                     int shrinkFlags);
+/* Fails every pending and later operation of comm on this rank (as xcclCommInterrupt) and
+ * on every peer that can still be reached: each peer's pending or next operation fails with
+ * "rank r revoked the communicator". comm can still be split or shrunk; it must still be
+ * freed (xcclCommAbort or xcclCommDestroy). */
+XCCL_API xcclResult_t xcclCommRevoke(xcclComm_t comm);
+/* alive[r] (one int per rank of comm) = 1 if rank r's process answered on its bootstrap
+ * service within timeout_ms, else 0 (this rank: 1). A killed process is found at once, a
+ * stopped or unreachable one when the time runs out. Works on a failed communicator: the
+ * ranks to pass to xcclCommShrink. Processes, not communicators: a rank whose
+ * communicator was aborted but whose process lives still answers. */
+XCCL_API xcclResult_t xcclCommProbeAlive(xcclComm_t comm, int* alive, int64_t timeout_ms);
+
 /* xcclSuccess, or the sticky error that failed the communicator. */
 XCCL_API xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError);
 XCCL_API xcclResult_t xcclCommCount(const xcclComm_t comm, int* count);

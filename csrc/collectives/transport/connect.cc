@@ -85,7 +85,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                 device.busId(),
                 listener.address(),
                 std::string(device.name()) == "host" ? -1 : device.ordinal(),
-                hostTopology};
+                hostTopology,
+                processService()};
   store.set(strCat("peer/", rank), serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0));
 
   // 2. Read everyone; decide the transport of each pair the same way on both ends.

@@ -1,0 +1,137 @@
+#include "derive.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <future>
+#include <set>
+#include <string>
+
+#include "collectives/bootstrap/bootstrap.h"
+#include "collectives/bootstrap/bootstrap_internal.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/sha256.h"
+
+namespace xccl {
+namespace {
+
+// The child's configuration: the caller's, or else the parent's (same device kind, device,
+// timeout and name).
+xcclConfig_t childConfig(const Comm& parent, const xcclConfig_t* config, const std::string& name) {
+  xcclConfig_t cfg = config != nullptr ? *config : parent.config();
+  if (config == nullptr || config->name == nullptr) cfg.name = name.c_str();
+  return cfg;
+}
+
+// Builds the communicator of `members` (parent ranks, in child-rank order; this rank among
+// them) through the bootstrap service of members[0], under the scope `tag` names.
+std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
+                                 const std::string& tag, const xcclConfig_t& cfg) {
+  const int me = static_cast<int>(std::find(members.begin(), members.end(), parent.rank()) -
+                                  members.begin());
+  XCCL_CHECK(me < static_cast<int>(members.size()), "rank ", parent.rank(), " is not a member");
+  const Deadline deadline = Deadline::after(timeoutMsOf(&cfg));
+  const PeerInfo& root = parent.peers()[members[0]];
+  std::unique_ptr<Store> service;
+  try {
+    service = connectService(root.service, deadline);
+  } catch (const Error& e) {
+    throw Error(e.kind(), strCat("rank ", parent.rank(), ": the new communicator's rank 0 (rank ",
+                                 members[0], ", pid ", root.pid, " on ", root.hostname,
+                                 ") does not answer: ", e.what()));
+  }
+  auto scoped = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/"));
+  const std::string secret = me == 0 ? publishSecret(*scoped) : awaitSecret(*scoped, me, deadline);
+  auto records = makeScopedStore(*scoped, recordScope(secret));
+  try {
+    auto child = std::make_unique<Comm>(*records, me, static_cast<int>(members.size()), secret, cfg);
+    retireSecret(secret);
+    return child;
+  } catch (...) {
+    retireSecret(secret);
+    throw;
+  }
+}
+
+std::string listDigest(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += strCat(r, ",");
+  auto d = sha256(text.data(), text.size());
+  return toHex(std::string(reinterpret_cast<const char*>(d.data()), 6));
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConfig_t* config) {
+  const uint64_t n = parent.nextDerivation();
+  const std::string tag = strCat("split", n);
+  const Deadline deadline = Deadline::after(parent.timeoutMs());
+  // Every member's (colour, key) through the parent's rank 0: a split is collective over a
+  // parent that works, so its rank 0 is there.
+  auto service = connectService(parent.peers()[0].service, deadline);
+  auto votes = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/vote/"));
+  votes->set(std::to_string(parent.rank()), strCat(color, " ", key));
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int, int>> mine;  // (key, parent rank) of every member of my colour
+  for (int r = 0; r < parent.nranks(); ++r) {
+    int c = -1, k = 0;
+    const std::string v =
+        r == parent.rank() ? strCat(color, " ", key) : votes->get(std::to_string(r), deadline);
+    if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) {
+      throw RemoteError(strCat("rank ", parent.rank(), ": malformed split vote of rank ", r));
+    }
+    if (c == color) mine.emplace_back(k, r);
+  }
+  std::sort(mine.begin(), mine.end());
+  std::vector<int> members;
+  for (const auto& kr : mine) members.push_back(kr.second);
+  const std::string name = parent.name().empty() ? "" : strCat(parent.name(), "/split", color);
+  const xcclConfig_t cfg = childConfig(parent, config, name);
+  XCCL_INFO(INIT, "rank ", parent.rank(), ": split ", n, ", colour ", color, ": ", members.size(),
+            " member(s), rank 0 is parent rank ", members[0]);
+  return deriveComm(parent, members, strCat(tag, "/c", color), cfg);
+}
+
+std::unique_ptr<Comm> shrinkComm(Comm& parent, const std::vector<int>& exclude, bool abortParent,
+                                 const xcclConfig_t* config) {
+  const uint64_t n = parent.nextDerivation();
+  const std::set<int> gone(exclude.begin(), exclude.end());
+  std::vector<int> members;
+  for (int r = 0; r < parent.nranks(); ++r) {
+    if (!gone.count(r)) members.push_back(r);
+  }
+  if (abortParent) {
+    parent.abort();  // pending operations fail now; their peers see the closure
+  } else if (parent.lastEnqueued() > 0) {
+    parent.wait(parent.lastEnqueued(), -1);  // done or failed, within the parent's timeout
+  }
+  const std::string name = parent.name().empty() ? "" : strCat(parent.name(), "/shrunk");
+  const xcclConfig_t cfg = childConfig(parent, config, name);
+  XCCL_INFO(INIT, "rank ", parent.rank(), ": shrink ", n, " of ", parent.nranks(),
+            " ranks without ", exclude.size(), ": rank 0 is parent rank ", members[0]);
+  std::vector<int> sorted(gone.begin(), gone.end());
+  return deriveComm(parent, members, strCat("shrink", n, "/", listDigest(sorted)), cfg);
+}
+
+std::vector<bool> probeAlive(Comm& parent, int64_t timeoutMs) {
+  const int n = parent.nranks();
+  std::vector<bool> alive(n, true);
+  const Deadline deadline = Deadline::after(timeoutMs);
+  // Concurrently, so that silent peers cost the timeout once, not once each; in batches, so
+  // that a large communicator does not start thousands of threads.
+  constexpr int kBatch = 64;
+  for (int first = 0; first < n; first += kBatch) {
+    std::vector<std::pair<int, std::future<bool>>> probes;
+    for (int r = first; r < std::min(n, first + kBatch); ++r) {
+      if (r == parent.rank()) continue;
+      const std::string service = parent.peers()[r].service;
+      probes.emplace_back(r, std::async(std::launch::async, [service, deadline] {
+                            return probeService(service, deadline);
+                          }));
+    }
+    for (auto& [r, f] : probes) alive[r] = f.get();
+  }
+  return alive;
+}
+
+}  // namespace xccl

@@ -1,0 +1,212 @@
+// Communicators made from communicators (core/derive.h): split by colour, shrink to the
+// survivors of a lost rank, revoke, and the liveness probe that names the lost ones.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+#include "xccl.h"
+
+namespace {
+
+using xccl_test::check;
+
+// Allreduce (sum) of rank-dependent floats on comm; returns the first element.
+float sumOf(xcclComm_t comm, float mine, size_t count = 1000) {
+  std::vector<float> buf(count, mine);
+  check(xcclAllReduce(buf.data(), buf.data(), count, xcclFloat32, xcclSum, comm, nullptr), comm);
+  xcclEvent_t ev;
+  check(xcclEventRecord(&ev, comm), comm);
+  check(xcclEventWait(&ev, -1), comm);
+  for (float v : buf) EXPECT_EQ(v, buf[0]);
+  return buf[0];
+}
+
+// The outcome of an allreduce that is expected to fail, and the error text.
+xcclResult_t failingAllReduce(xcclComm_t comm, std::string* text) {
+  std::vector<float> buf(1 << 16, 1.0f);
+  xcclResult_t r =
+      xcclAllReduce(buf.data(), buf.data(), buf.size(), xcclFloat32, xcclSum, comm, nullptr);
+  if (r == xcclSuccess) {
+    xcclEvent_t ev;
+    check(xcclEventRecord(&ev, comm), comm);
+    r = xcclEventWait(&ev, 20000);
+  }
+  *text = xcclGetLastError(comm);
+  return r;
+}
+
+TEST(CommSplit, ColoursFormCommunicatorsRankedByKey) {
+  xccl_test::MemoryStore store;
+  const int n = 4;
+  xccl_test::runThreads(n, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, n, rank);
+    xcclComm_t child = nullptr;
+    // Even and odd ranks; the key reverses the order inside each colour.
+    check(xcclCommSplit(comm, rank % 2, -rank, &child, nullptr), comm);
+    ASSERT_NE(child, nullptr);
+    int count = 0, childRank = -1;
+    check(xcclCommCount(child, &count));
+    check(xcclCommUserRank(child, &childRank));
+    EXPECT_EQ(count, 2);
+    EXPECT_EQ(childRank, rank < 2 ? 1 : 0);  // ranks 2 and 3 have the lower keys
+    EXPECT_EQ(sumOf(child, static_cast<float>(rank)), rank % 2 == 0 ? 0.0f + 2 : 1.0f + 3);
+    // The parent still works beside its child.
+    EXPECT_EQ(sumOf(comm, 1.0f), 4.0f);
+    check(xcclCommDestroy(child));
+    check(xcclCommDestroy(comm));
+  });
+}
+
+TEST(CommSplit, NoColourTakesPartAndGetsNull) {
+  xccl_test::MemoryStore store;
+  const int n = 3;
+  xccl_test::runThreads(n, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, n, rank);
+    xcclComm_t child = reinterpret_cast<xcclComm_t>(0x1);
+    check(xcclCommSplit(comm, rank == 1 ? XCCL_SPLIT_NOCOLOR : 7, rank, &child, nullptr), comm);
+    if (rank == 1) {
+      EXPECT_EQ(child, nullptr);
+    } else {
+      ASSERT_NE(child, nullptr);
+      EXPECT_EQ(sumOf(child, 1.0f), 2.0f);
+      check(xcclCommDestroy(child));
+    }
+    EXPECT_EQ(xcclCommSplit(comm, -5, 0, &child, nullptr), xcclInvalidArgument);
+    check(xcclCommDestroy(comm));
+  });
+}
+
+// A rank that stops taking part (its communicator aborted, as a process that died closes
+// its connections): the others' collective fails, they shrink it away and go on.
+TEST(CommShrink, SurvivorsOfAnAbortedRankContinue) {
+  xccl_test::MemoryStore store;
+  const int n = 4, lost = 2;
+  xccl_test::runThreads(n, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, n, rank);
+    EXPECT_EQ(sumOf(comm, 1.0f), 4.0f);
+    if (rank == lost) {
+      check(xcclCommAbort(comm));
+      return;
+    }
+    std::string why;
+    EXPECT_NE(failingAllReduce(comm, &why), xcclSuccess);
+    const int exclude[] = {lost};
+    xcclComm_t child = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    check(xcclCommShrink(comm, exclude, 1, &child, nullptr, XCCL_SHRINK_ABORT), comm);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+    EXPECT_LT(ms, 10000);  // a hang guard, not a timing claim (bench/bench_shrink.py times it)
+    int count = 0, childRank = -1;
+    check(xcclCommCount(child, &count));
+    check(xcclCommUserRank(child, &childRank));
+    EXPECT_EQ(count, n - 1);
+    EXPECT_EQ(childRank, rank < lost ? rank : rank - 1);
+    // Survivors: ranks 0, 1, 3 contribute rank + 1.
+    EXPECT_EQ(sumOf(child, static_cast<float>(rank + 1)), 1.0f + 2 + 4);
+    check(xcclCommDestroy(child));
+    check(xcclCommAbort(comm));
+  });
+}
+
+TEST(CommShrink, RejectsBadExclusionLists) {
+  xccl_test::MemoryStore store;
+  const int n = 2;
+  xccl_test::runThreads(n, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, n, rank);
+    xcclComm_t child = nullptr;
+    const int other = 1 - rank;
+    const int none[] = {0};
+    const int outOfRange[] = {n};
+    const int twice[] = {other, other};
+    const int self[] = {rank};
+    const int both[] = {0, 1};
+    EXPECT_EQ(xcclCommShrink(comm, none, 0, &child, nullptr, 0), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommShrink(comm, nullptr, 1, &child, nullptr, 0), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommShrink(comm, outOfRange, 1, &child, nullptr, 0), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommShrink(comm, twice, 2, &child, nullptr, 0), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommShrink(comm, self, 1, &child, nullptr, 0), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("excludes itself"), std::string::npos);
+    EXPECT_EQ(xcclCommShrink(comm, both, 2, &child, nullptr, 0), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommShrink(comm, &other, 1, &child, nullptr, 7), xcclInvalidArgument);
+    EXPECT_EQ(child, nullptr);
+    // Nothing above touched the communicator.
+    EXPECT_EQ(sumOf(comm, 1.0f), 2.0f);
+    check(xcclCommDestroy(comm));
+  });
+}
+
+// Revoke on one rank fails the others' pending operation with the reason; the revoked
+// communicator can still be split into a working one.
+TEST(CommRevoke, PeersFailNamingTheRevocationAndCanSplit) {
+  xccl_test::MemoryStore store;
+  const int n = 3;
+  xccl_test::runThreads(n, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, n, rank);
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others are waiting
+      check(xcclCommRevoke(comm), comm);
+      std::string why;
+      EXPECT_NE(failingAllReduce(comm, &why), xcclSuccess);
+      EXPECT_NE(why.find("revoked"), std::string::npos) << why;
+    } else {
+      std::string why;
+      EXPECT_EQ(failingAllReduce(comm, &why), xcclRemoteError);
+      EXPECT_NE(why.find("rank 2 revoked the communicator"), std::string::npos) << why;
+    }
+    xcclComm_t child = nullptr;
+    check(xcclCommSplit(comm, 0, rank, &child, nullptr), comm);
+    EXPECT_EQ(sumOf(child, 2.0f), 6.0f);
+    check(xcclCommDestroy(child));
+    check(xcclCommAbort(comm));
+  });
+}
+
+// Ranks as processes: rank 0 is SIGKILLed; the probe names it at once, and the survivors
+// shrink over their own bootstrap services (the child's rank 0 is parent rank 1), never
+// asking the unique-id store the parent was made with.
+TEST(CommShrink, ProbeFindsAKilledProcessAndSurvivorsShrink) {
+  xcclUniqueId id;
+  check(xcclGetUniqueId(&id));
+  const int n = 3, lost = 0;  // rank 0: the one the child's rendezvous must not rely on
+  auto status = xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        xcclConfig_t cfg{};
+        cfg.device = -1;
+        cfg.timeout_ms = 20000;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        EXPECT_EQ(sumOf(comm, 1.0f), 3.0f);
+        if (rank == lost) raise(SIGKILL);
+        std::string why;
+        EXPECT_EQ(failingAllReduce(comm, &why), xcclRemoteError);
+        EXPECT_NE(why.find("rank 0"), std::string::npos) << why;
+        std::vector<int> alive(n, -1);
+        auto t0 = std::chrono::steady_clock::now();
+        check(xcclCommProbeAlive(comm, alive.data(), 5000), comm);
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+        EXPECT_EQ(alive, (std::vector<int>{0, 1, 1}));
+        const int exclude[] = {lost};
+        xcclComm_t child = nullptr;
+        check(xcclCommShrink(comm, exclude, 1, &child, nullptr, XCCL_SHRINK_ABORT), comm);
+        EXPECT_EQ(sumOf(child, static_cast<float>(rank)), 3.0f);
+        check(xcclCommDestroy(child));
+        check(xcclCommAbort(comm));
+      },
+      60, /*expectAllSucceed=*/false);
+  ASSERT_EQ(status.size(), 3u);
+  EXPECT_TRUE(WIFSIGNALED(status[lost]) && WTERMSIG(status[lost]) == SIGKILL);
+  for (int r = 1; r < n; ++r) {
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) << "rank " << r;
+  }
+}
+
+}  // namespace
