@@ -100,9 +100,9 @@ TEST(CommShrink, SurvivorsOfAnAbortedRankContinue) {
     xcclComm_t child = nullptr;
     auto t0 = std::chrono::steady_clock::now();
     check(xcclCommShrink(comm, exclude, 1, &child, nullptr, XCCL_SHRINK_ABORT), comm);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  std::chrono::steady_clock::now() - t0)
-                  .count();
+    auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     EXPECT_LT(ms, 10000);  // a hang guard, not a timing claim (bench/bench_shrink.py times it)
     int count = 0, childRank = -1;
     check(xcclCommCount(child, &count));

@@ -84,9 +84,15 @@ TEST(CallbackStore, FailingSetIsAnIoError) {
 }
 
 TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
-  xccl::PeerInfo in{
-      3,          4242, "node-a/boot", "host-a", "host:0", "10.1.2.3:5555", 5, "host a\ndevices 8\n",
-      "10.1.2.3:6000 00ff"};
+  xccl::PeerInfo in{3,
+                    4242,
+                    "node-a/boot",
+                    "host-a",
+                    "host:0",
+                    "10.1.2.3:5555",
+                    5,
+                    "host a\ndevices 8\n",
+                    "10.1.2.3:6000 00ff"};
   std::string wire = xccl::serializePeerInfo(in, xccl::kPeerFlagNoShm);
   uint32_t flags = 0;
   xccl::PeerInfo out = xccl::parsePeerInfo(wire, &flags);

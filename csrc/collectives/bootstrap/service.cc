@@ -21,8 +21,8 @@ void parseService(const std::string& service, sockaddr_in* addr, std::string* se
   const size_t sp = service.find(' ');
   *secret = sp == std::string::npos ? std::string() : fromHex(service.substr(sp + 1));
   if (secret->size() != kServiceSecretBytes) {
-    throw RemoteError(strCat("malformed bootstrap service description '",
-                             service.substr(0, 64), "'"));
+    throw RemoteError(
+        strCat("malformed bootstrap service description '", service.substr(0, 64), "'"));
   }
   *addr = net::parseAddr(service.substr(0, sp));
 }

@@ -130,7 +130,8 @@ void StoreServer::run() {
 }
 
 bool StoreServer::finished() const {
-  return !forever_ && nranks_ > 0 && static_cast<long>(doneKeys_.size()) >= nranks_ && clients_.empty();
+  return !forever_ && nranks_ > 0 && static_cast<long>(doneKeys_.size()) >= nranks_ &&
+         clients_.empty();
 }
 
 void StoreServer::acceptAll() {
@@ -414,8 +415,8 @@ void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& c
   const std::string theirs = answer.substr(0, auth::kNonceBytes);
   if (!auth::sameProof(answer.substr(auth::kNonceBytes),
                        auth::proof(secret, "store-server", mine, theirs, "xccl-store"))) {
-    throw RemoteError(strCat(ctx.what,
-                             " does not know this secret (another job's store on that address?)"));
+    throw RemoteError(
+        strCat(ctx.what, " does not know this secret (another job's store on that address?)"));
   }
   const std::string proof = auth::proof(secret, "store-client", theirs, mine, "xccl-store");
   net::sendAll(fd, proof.data(), proof.size(), ctx);
@@ -436,8 +437,8 @@ std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string
 }
 
 std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline) {
-  return connectStoreAt(idAddr(id), std::string(id.internal + 16, kSecretBytes),
-                        "unique-id store", deadline);
+  return connectStoreAt(idAddr(id), std::string(id.internal + 16, kSecretBytes), "unique-id store",
+                        deadline);
 }
 
 }  // namespace xccl

@@ -27,8 +27,8 @@ xcclConfig_t childConfig(const Comm& parent, const xcclConfig_t* config, const s
 // them) through the bootstrap service of members[0], under the scope `tag` names.
 std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
                                  const std::string& tag, const xcclConfig_t& cfg) {
-  const int me = static_cast<int>(std::find(members.begin(), members.end(), parent.rank()) -
-                                  members.begin());
+  const int me =
+      static_cast<int>(std::find(members.begin(), members.end(), parent.rank()) - members.begin());
   XCCL_CHECK(me < static_cast<int>(members.size()), "rank ", parent.rank(), " is not a member");
   const Deadline deadline = Deadline::after(timeoutMsOf(&cfg));
   const PeerInfo& root = parent.peers()[members[0]];
@@ -36,15 +36,16 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
   try {
     service = connectService(root.service, deadline);
   } catch (const Error& e) {
-    throw Error(e.kind(), strCat("rank ", parent.rank(), ": the new communicator's rank 0 (rank ",
-                                 members[0], ", pid ", root.pid, " on ", root.hostname,
-                                 ") does not answer: ", e.what()));
+    throw Error(e.kind(),
+                strCat("rank ", parent.rank(), ": the new communicator's rank 0 (rank ", members[0],
+                       ", pid ", root.pid, " on ", root.hostname, ") does not answer: ", e.what()));
   }
   auto scoped = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/"));
   const std::string secret = me == 0 ? publishSecret(*scoped) : awaitSecret(*scoped, me, deadline);
   auto records = makeScopedStore(*scoped, recordScope(secret));
   try {
-    auto child = std::make_unique<Comm>(*records, me, static_cast<int>(members.size()), secret, cfg);
+    auto child =
+        std::make_unique<Comm>(*records, me, static_cast<int>(members.size()), secret, cfg);
     retireSecret(secret);
     return child;
   } catch (...) {
