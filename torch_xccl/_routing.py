@@ -108,7 +108,34 @@ def _routed_is_xccl_available() -> bool:
     return True
 
 
+def _install_shrink() -> None:
+    """``dist.shrink_group`` registers the new backend for one device only (the group's bound
+    device, else cpu); a torch_xccl group serves cpu, xdev and cuda tensors alike, so the
+    shrunk group gets our backend for every device of ``DEVICES`` that torch left out."""
+    original = getattr(c10d, "_create_shrunk_process_group", None)
+    if original is None or getattr(original, "_torch_xccl", False):
+        return  # torch < 2.10 has no shrink_group; or already wrapped
+
+    def create_shrunk(new_backend, remaining_ranks, metadata, is_default_group):
+        pg = original(new_backend, remaining_ranks, metadata, is_default_group)
+        from . import _C
+        import torch
+
+        if _C._is_xccl_backend(new_backend):
+            for name in DEVICES:
+                device = torch.device(name)
+                try:
+                    pg._get_backend(device)
+                except RuntimeError:
+                    pg._register_backend(device, c10d.ProcessGroup.BackendType.XCCL, new_backend)
+        return pg
+
+    create_shrunk._torch_xccl = True
+    c10d._create_shrunk_process_group = create_shrunk
+
+
 def _install() -> None:
+    _install_shrink()
     c10d.ProcessGroupXCCL = ProcessGroupXCCL
     c10d.is_xccl_available = _routed_is_xccl_available
     dist.is_xccl_available = _routed_is_xccl_available

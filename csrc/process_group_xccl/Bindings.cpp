@@ -68,6 +68,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "End every backend's completion thread before the interpreter finalizes (atexit)");
   m.def("_describe",
         [](const c10::intrusive_ptr<c10d::Backend>& b) { return asXccl(b).describe(); });
+  m.def(
+      "_probe_alive",
+      [](const c10::intrusive_ptr<c10d::Backend>& b, int64_t timeoutMs) {
+        return asXccl(b).probeAlive(timeoutMs);
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_revoke", [](const c10::intrusive_ptr<c10d::Backend>& b) { asXccl(b).revoke(); },
+      py::call_guard<py::gil_scoped_release>());
   m.def("_is_xccl_backend", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return dynamic_cast<torch_xccl::ProcessGroupXCCL*>(b.get()) != nullptr;
   });

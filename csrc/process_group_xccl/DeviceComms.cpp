@@ -1,7 +1,9 @@
 // DeviceComms.cpp — the group's communicators beyond the host one: which one an operation
 // uses (deviceOf, commFor), making xdev and CUDA communicators (lazily, or eagerly for
-// init_process_group(device_id=...)), and dist.split_group.
+// init_process_group(device_id=...)), dist.split_group and dist.shrink_group.
 #include <algorithm>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "ProcessGroupXCCL.hpp"
 #include "Utils.hpp"
@@ -126,6 +128,68 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::split(
   splits_.emplace(name,
                   c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child)));
   return child;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::shrink(
+    const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+    const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+  // torch validated the list (shrink_group); a direct call gets libxccl's checks.
+  std::vector<int> exclude(ranksToExclude.begin(), ranksToExclude.end());
+  std::sort(exclude.begin(), exclude.end());
+  const int flags = (shrinkFlags & 1) != 0 ? XCCL_SHRINK_ABORT : XCCL_SHRINK_DEFAULT;
+  Adopted adopted;
+  adopted.host = state_->shrink(exclude, flags);
+  std::shared_ptr<DeviceComm> dev;
+  {
+    std::lock_guard<std::mutex> g(devMu_);
+    dev = devComm_;
+  }
+  if (dev) {
+    try {
+      adopted.device = dev->state->shrink(exclude, flags);
+      adopted.deviceOf = dev->device;
+    } catch (...) {
+      xcclCommAbort(adopted.host);
+      throw;
+    }
+  }
+  const int below = static_cast<int>(std::lower_bound(exclude.begin(), exclude.end(), getRank()) -
+                                     exclude.begin());
+  const int newRank = getRank() - below;
+  const int newSize = getSize() - static_cast<int>(exclude.size());
+  auto o = c10::make_intrusive<Options>(optsOverride ? optsOverride->timeout : options_->timeout);
+  o->group_name = optsOverride && !optsOverride->group_name.empty() ? optsOverride->group_name
+                                                                    : state_->name + ":shrunk";
+  const auto& parentRanks = options_->global_ranks_in_group;
+  for (int r = 0; r < getSize(); ++r) {
+    if (std::binary_search(exclude.begin(), exclude.end(), r)) continue;
+    o->global_ranks_in_group.push_back(parentRanks.empty() ? static_cast<uint64_t>(r)
+                                                           : parentRanks.at(r));
+  }
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> g(splitMu_);
+    n = shrinkCount_++;
+  }
+  // The child's own records (monitored barriers, desync reports) under a scope of its own.
+  auto store = c10::make_intrusive<c10d::PrefixStore>("shrink" + std::to_string(n), store_);
+  auto child = c10::make_intrusive<ProcessGroupXCCL>(store, newRank, newSize, o, adopted);
+  if (auto bound = getBoundDeviceId()) child->setBoundDeviceId(bound);
+  return child;
+}
+
+std::vector<bool> ProcessGroupXCCL::probeAlive(int64_t timeoutMs) {
+  std::vector<int> alive(getSize(), 0);
+  xcclResult_t r = xcclSuccess;
+  bool had = state_->useEvenClosed(
+      [&](xcclComm_t c) { r = xcclCommProbeAlive(c, alive.data(), timeoutMs); });
+  TORCH_CHECK(had, "xccl probe of group '", state_->name, "': its communicator was destroyed");
+  if (r != xcclSuccess) throwDist("xccl probe: " + libError(r, xcclGetLastError(nullptr)));
+  return std::vector<bool>(alive.begin(), alive.end());
+}
+
+void ProcessGroupXCCL::revoke() {
+  for (auto& st : allComms()) st->useEvenClosed([](xcclComm_t c) { xcclCommRevoke(c); });
 }
 
 }  // namespace torch_xccl

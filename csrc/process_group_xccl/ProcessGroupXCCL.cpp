@@ -50,10 +50,43 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
     throwDist("xccl init: rank " + std::to_string(rank) + " of " + std::to_string(size) +
               " (group '" + state_->name + "'): " + libError(r, xcclGetLastError(nullptr)));
   }
-  state_->comm = comm;
-  state_->desync = DesyncDebugger::fromEnv(store_, rank, size);
+  finishConstruction(comm);
+}
+
+ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   c10::intrusive_ptr<Options> options, Adopted adopted)
+    : c10d::Backend(rank, size),
+      store_(store),
+      options_(std::move(options)),
+      state_(std::make_shared<CommState>()),
+      blockingWait_(blockingWaitFromEnv()),
+      errorMode_(errorModeFromEnv()),
+      runOnCaller_(envKnob("TORCH_XCCL_RUN_ON_CALLER", 1, 0, 1) != 0) {
+  TORCH_CHECK(adopted.host != nullptr, "xccl: no communicator to adopt");
+  state_->rank = rank;
+  state_->size = size;
+  state_->name = options_->group_name.empty() ? std::string("default") : options_->group_name;
+  if (adopted.device != nullptr) {
+    auto dc = std::make_shared<DeviceComm>();
+    dc->state = std::make_shared<CommState>();
+    dc->state->rank = rank;
+    dc->state->size = size;
+    dc->state->name = state_->name + "/" + adopted.deviceOf.str();
+    dc->state->comm = adopted.device;
+    dc->device = adopted.deviceOf;
+    dc->stream = poolStream(adopted.deviceOf);
+    dc->ready = std::make_unique<DeviceEvent>(adopted.deviceOf);
+    devComm_ = dc;
+  }
+  finishConstruction(adopted.host);
+  if (devComm_) devComm_->state->desync = state_->desync;
+}
+
+void ProcessGroupXCCL::finishConstruction(xcclComm_t host) {
+  state_->comm = host;
+  state_->desync = DesyncDebugger::fromEnv(store_, getRank(), getSize());
   flightGroup_ =
-      flight::addGroup(state_->name, rank, size, options_->global_ranks_in_group, store_);
+      flight::addGroup(state_->name, getRank(), getSize(), options_->global_ranks_in_group, store_);
   host_ = std::make_shared<DeviceComm>();
   host_->state = state_;
   completion_ = std::thread([this] { completionLoop(); });

@@ -94,6 +94,11 @@ struct CompletionQueue {
 // setting `closing` (which keeps new readers out, so the writer cannot starve).
 struct CommState {
   xcclComm_t comm = nullptr;
+  // An aborted communicator is interrupted, not freed, and kept here until the state goes:
+  // a shrink (ProcessGroupXCCL::shrink) needs its member list after a failure. No
+  // operation uses it.
+  xcclComm_t retired = nullptr;
+  ~CommState();
   std::shared_mutex rw;
   std::atomic<bool> closing{false};
   std::mutex closeMu;    // one close() at a time (it reads comm outside the lock to interrupt)
@@ -120,7 +125,19 @@ struct CommState {
     return closedReason.empty() ? std::string("communicator was shut down") : closedReason;
   }
   // Aborts (or, with destroy=true, destroys) the communicator once; later calls are no-ops.
+  // An abort keeps the interrupted handle (retired) for a later shrink.
   void close(const std::string& why, bool destroy);
+  // xcclCommShrink of the live or retired communicator (throws DistBackendError on failure).
+  xcclComm_t shrink(const std::vector<int>& exclude, int xcclFlags);
+  // f(handle) with the live or retired communicator under the shared lock; false if none.
+  template <typename F>
+  bool useEvenClosed(F&& f) {
+    std::shared_lock<std::shared_mutex> lk(rw);
+    xcclComm_t c = comm != nullptr ? comm : retired;
+    if (c == nullptr) return false;
+    f(c);
+    return true;
+  }
 };
 
 // Where one enqueue goes: the communicator and libxccl's stream argument (NULL on the host
@@ -233,6 +250,15 @@ class ProcessGroupXCCL : public c10d::Backend {
 
   ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    c10::intrusive_ptr<Options> options);
+  // Adopts communicators made from another group's (shrink): `host` for cpu tensors and, when
+  // the parent had one, `device` (its communicator on `deviceOf`). `store` is used as given.
+  struct Adopted {
+    xcclComm_t host = nullptr;
+    xcclComm_t device = nullptr;
+    c10::Device deviceOf{c10::kCPU};
+  };
+  ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   c10::intrusive_ptr<Options> options, Adopted adopted);
   ~ProcessGroupXCCL() override;
 
   const std::string getBackendName() const override { return "xccl"; }
@@ -248,6 +274,20 @@ class ProcessGroupXCCL : public c10d::Backend {
       const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
       const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   uint64_t splitCount() const { return splitCount_; }
+  // dist.shrink_group (torch >= 2.10; no `override`, as above): the group without
+  // `ranksToExclude`, on communicators xcclCommShrink makes from this group's (host, and the
+  // device one if made), without the store's rendezvous. shrinkFlags & 1 (SHRINK_ABORT):
+  // pending operations fail first. Only the remaining ranks call it.
+  bool supportsShrinking() const { return true; }
+  // Which ranks of the group still answer (xcclCommProbeAlive on the host communicator, live
+  // or aborted), within timeoutMs: the list to exclude is the ranks that do not.
+  std::vector<bool> probeAlive(int64_t timeoutMs);
+  // xcclCommRevoke on every communicator of the group: pending and later operations fail here
+  // and on every rank still reachable, naming the revocation; the group can still shrink.
+  void revoke();
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr);
   void setTimeout(std::chrono::milliseconds timeout) { options_->timeout = timeout; }
 
   void startCoalescing() override;
@@ -392,6 +432,9 @@ class ProcessGroupXCCL : public c10d::Backend {
   std::mutex splitMu_;
   uint64_t splitCount_ = 0;
   std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> splits_;  // by group name
+  uint64_t shrinkCount_ = 0;                                              // under splitMu_
+  // The parts of construction both constructors share, after the host communicator exists.
+  void finishConstruction(xcclComm_t host);
   std::atomic<uint64_t> seq_{0};
   uint64_t collSeq_ = 0;       // collectives only (desync report, flight recorder); under enqueueMu
   uint64_t p2pSeq_ = 0;        // point-to-point ops (flight recorder); under enqueueMu

@@ -29,8 +29,29 @@ void CommState::close(const std::string& why, bool destroy) {
   if (destroy) {
     xcclCommDestroy(c);
   } else {
-    xcclCommAbort(c);
+    xcclCommInterrupt(c);  // (again: the lock is held now) freed with the state
+    retired = c;
   }
+}
+
+CommState::~CommState() {
+  if (retired != nullptr) xcclCommAbort(retired);
+  if (comm != nullptr) xcclCommAbort(comm);
+}
+
+xcclComm_t CommState::shrink(const std::vector<int>& exclude, int xcclFlags) {
+  std::shared_lock<std::shared_mutex> lk(rw);
+  xcclComm_t from = comm != nullptr ? comm : retired;
+  TORCH_CHECK(from != nullptr, "xccl shrink of group '", name,
+              "': its communicator was destroyed (", reason(), ")");
+  xcclComm_t out = nullptr;
+  xcclResult_t r = xcclCommShrink(from, exclude.data(), static_cast<int>(exclude.size()), &out,
+                                  nullptr, xcclFlags);
+  if (r != xcclSuccess) {
+    throwDist("xccl shrink of group '" + name + "' (rank " + std::to_string(rank) + " of " +
+              std::to_string(size) + "): " + libError(r, xcclGetLastError(from)));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- WorkXCCL
