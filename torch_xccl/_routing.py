@@ -110,8 +110,10 @@ def _routed_is_xccl_available() -> bool:
 
 def _install_shrink() -> None:
     """``dist.shrink_group`` registers the new backend for one device only (the group's bound
-    device, else cpu); a torch_xccl group serves cpu, xdev and cuda tensors alike, so the
-    shrunk group gets our backend for every device of ``DEVICES`` that torch left out."""
+    device, else cpu) and under the type GLOO (NCCL for cuda); a torch_xccl group serves cpu,
+    xdev and cuda tensors alike, as type XCCL. The one private torch function wrapped here
+    (``_create_shrunk_process_group``, torch >= 2.10): the group it returns gets our backend
+    for every device of ``DEVICES``, type XCCL."""
     original = getattr(c10d, "_create_shrunk_process_group", None)
     if original is None or getattr(original, "_torch_xccl", False):
         return  # torch < 2.10 has no shrink_group; or already wrapped
@@ -122,12 +124,13 @@ def _install_shrink() -> None:
         import torch
 
         if _C._is_xccl_backend(new_backend):
+            # torch registers it as GLOO (or NCCL when bound to cuda): code that trusts the
+            # type casts it to ProcessGroupGloo (DDP's logger does, and crashes). Ours is
+            # XCCL, as at init_process_group, for every device it serves.
+            xccl = c10d.ProcessGroup.BackendType.XCCL
             for name in DEVICES:
-                device = torch.device(name)
-                try:
-                    pg._get_backend(device)
-                except RuntimeError:
-                    pg._register_backend(device, c10d.ProcessGroup.BackendType.XCCL, new_backend)
+                pg._register_backend(torch.device(name), xccl, new_backend)
+            pg._set_default_backend(xccl)
         return pg
 
     create_shrunk._torch_xccl = True
