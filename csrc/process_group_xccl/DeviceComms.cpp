@@ -100,16 +100,50 @@ void ProcessGroupXCCL::eagerConnectSingleDevice(at::Device device) {
   commFor("eager_connect_single_device", device);
 }
 
+// dist.split_group: every rank of this group calls it, with the ranks of its own new group
+// (a rank in none of them gets some other group's list). One xcclCommSplit per communicator of
+// the group, colour = the lowest rank of the new group (groups are disjoint, so colours
+// differ), NOCOLOR for a rank outside `ranks`: no store round. torch asks once per device type
+// of the group; the first call splits, a later one with the same name returns its result.
 c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::split(
     const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
     const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
-  auto it = std::find(ranks.begin(), ranks.end(), getRank());
-  if (it == ranks.end()) return nullptr;  // not a member: nothing to make (store rendezvous)
-  std::string name = opts ? opts->group_name : std::string();
+  const std::string name = opts ? opts->group_name : std::string();
   std::lock_guard<std::mutex> g(splitMu_);
   auto cached = splits_.find(name);
-  if (cached != splits_.end()) {
-    if (auto b = cached->second.lock()) return b;
+  if (cached != splits_.end()) return cached->second.lock();  // null for a non-member
+  auto it = std::find(ranks.begin(), ranks.end(), getRank());
+  const bool member = it != ranks.end();
+  const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : XCCL_SPLIT_NOCOLOR;
+  const int key = getRank();  // ranks are sorted: the new rank is the position
+  auto splitOne = [&](CommState& st) -> xcclComm_t {
+    xcclComm_t out = nullptr;
+    xcclResult_t r = xcclSuccess;
+    bool had =
+        st.useEvenClosed([&](xcclComm_t c) { r = xcclCommSplit(c, color, key, &out, nullptr); });
+    TORCH_CHECK(had, "xccl split of group '", st.name, "': its communicator was destroyed");
+    if (r != xcclSuccess) {
+      throwDist("xccl split of group '" + st.name + "' into '" + name + "' (rank " +
+                std::to_string(getRank()) + "): " + libError(r, xcclGetLastError(nullptr)));
+    }
+    return out;
+  };
+  Adopted adopted;
+  adopted.host = splitOne(*state_);
+  std::shared_ptr<DeviceComm> dev;
+  {
+    std::lock_guard<std::mutex> d(devMu_);
+    dev = devComm_;
+  }
+  if (dev) {
+    adopted.device = splitOne(*dev->state);
+    adopted.deviceOf = dev->device;
+  }
+  ++splitCount_;
+  if (!member) {
+    splits_.emplace(name,
+                    c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>()));
+    return nullptr;
   }
   auto o = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
   o->group_name = name;
@@ -118,13 +152,11 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::split(
     o->global_ranks_in_group.push_back(parent.empty() ? static_cast<uint64_t>(r) : parent.at(r));
   }
   auto child = c10::make_intrusive<ProcessGroupXCCL>(store, static_cast<int>(it - ranks.begin()),
-                                                     static_cast<int>(ranks.size()), o);
+                                                     static_cast<int>(ranks.size()), o, adopted);
   if (auto bound = getBoundDeviceId()) {
     child->setBoundDeviceId(bound);
-    child->eagerConnectSingleDevice(*bound);
+    child->eagerConnectSingleDevice(*bound);  // made above when the parent had one
   }
-  ++splitCount_;
-  splits_.erase(name);
   splits_.emplace(name,
                   c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child)));
   return child;

@@ -135,6 +135,14 @@ def split_and_subgroups(rank, world):
     dist.all_reduce(t, group=sub)
     mine = [h for h in halves if rank in h][0]
     res["split"] = t.cpu().tolist() == [float(sum(mine))] * 3
+    # Ranks in no group of the split take part (xcclCommSplit's NOCOLOR) and get None.
+    pair = dist.split_group(split_ranks=[[0, 1]])
+    if rank < 2:
+        p = torch.full((2,), float(rank + 1), device=dev)
+        dist.all_reduce(p, group=pair)
+        res["split_pair"] = p.cpu().tolist() == [3.0, 3.0]
+    else:
+        res["split_pair"] = pair is None
     g = dist.new_group([0, world - 1])
     if rank in (0, world - 1):
         u = torch.ones(2, device=dev)
