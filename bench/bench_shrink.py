@@ -2,8 +2,8 @@
 
     python3 bench/bench_shrink.py --world 4 --trials 100 [--device xdev] [--bytes 1M]
 
-Each trial: `--world` ranks run allreduces of `--bytes` back to back (the gradient sync of a
-training step); one of them (trial t: rank t % world) SIGKILLs itself between two of its
+Each trial: `--world` ranks run allreduces of `--bytes` back to back, each waited for (the
+gradient sync of a training step; on xdev the stream is synchronised after each); one of them (trial t: rank t % world) SIGKILLs itself between two of its
 calls, so the others are inside a collective that can never finish. Each survivor catches the
 DistBackendError, finds the lost rank (torch_xccl.survivors.lost_ranks), shrinks the default
 group (dist.shrink_group: xcclCommShrink, no store round) and completes one allreduce on it:
@@ -58,17 +58,22 @@ def worker(args) -> None:
             store.set(f"t{trial}/killed_at", repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            while True:
+            while True:  # a training step waits for its gradients before the next one
                 dist.all_reduce(grad)
+                if dev.type != "cpu":
+                    torch.xdev.synchronize()
         except torch.distributed.DistBackendError:
             pass
+        phases = {"raised": time.time()}
         lost = torch_xccl.survivors.lost_ranks(timeout=2.0)
+        phases["probed"] = time.time()
         torch_xccl.survivors.shrink(exclude=lost)
+        phases["shrunk"] = time.time()
         dist.all_reduce(grad)
         if dev.type != "cpu":
             grad.cpu()  # the step's result is on the host: complete
         done = time.time()
-        store.set(f"t{trial}/done/{rank}", json.dumps({"at": done, "lost": lost}))
+        store.set(f"t{trial}/done/{rank}", json.dumps({"at": done, "lost": lost, **phases}))
         dist.destroy_process_group()
 
 
@@ -111,7 +116,11 @@ def main() -> int:
         done = [json.loads(store.get(f"t{t}/done/{r}")) for r in range(args.world) if r != victim]
         procs[victim].wait(timeout=60)
         trials.append({"trial": t, "victim": victim, "seconds": max(d["at"] for d in done) - killed_at,
-                       "lost_seen": sorted({tuple(d["lost"]) for d in done})})
+                       "lost_seen": sorted({tuple(d["lost"]) for d in done}),
+                       # the slowest survivor's phases, from the kill
+                       "phases_ms": {k: round((max(d.get(k, d["at"]) for d in done) - killed_at)
+                                              * 1000, 1)
+                                     for k in ("raised", "probed", "shrunk", "at")}})
         print(f"trial {t}: rank {victim} killed, survivors stepped after "
               f"{trials[-1]['seconds'] * 1000:.1f} ms", flush=True)
         if t + 1 < args.trials:
@@ -124,6 +133,8 @@ def main() -> int:
         "median_ms": statistics.median(secs) * 1000,
         "p90_ms": secs[int(0.9 * (len(secs) - 1))] * 1000,
         "worst_ms": secs[-1] * 1000,
+        "median_phase_ms": {k: statistics.median(x["phases_ms"][k] for x in trials)
+                            for k in ("raised", "probed", "shrunk", "at")},
         "every_survivor_saw_the_victim": all(
             x["lost_seen"] == [(x["victim"],)] for x in trials),
         "runs": trials,

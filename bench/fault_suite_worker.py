@@ -208,10 +208,12 @@ def worker_main() -> None:
     emit("init_done")
     ops = spec["ops"]
     total = len(ops) if spec["bounded"] else UNBOUNDED_CAP
-    for i in range(total):
+    shrunk = False  # "shrink": after the fault the survivors continue on a smaller group
+    i = 0
+    while i < total:
         op = ops[i % len(ops)]
         dtype = op["dtype"]
-        if rank == f.get("rank") and i == f.get("op"):
+        if rank == f.get("rank") and i == f.get("op") and not shrunk:
             if f["kind"] == "absent":
                 emit("absent", i=i)
                 sys.stdin.readline()  # alive but absent until the suite wakes it
@@ -220,7 +222,9 @@ def worker_main() -> None:
                 time.sleep(f["delay_s"])
             elif f["kind"] == "mismatch":
                 dtype = f["dtype"]
-        emit("op", i=i)
+        if shrunk:  # a root of the old group may be past the new one's end
+            op = dict(op, root=op["root"] % world)
+        emit("op", i=i, **({"s": 1} if shrunk else {}))
         t0 = time.monotonic()
         try:
             bad = run_op(torch, dist, op, rank, world, spec["salt"] + i, dtype,
@@ -228,12 +232,25 @@ def worker_main() -> None:
         except Exception as e:  # noqa: BLE001
             emit("raised", i=i, elapsed=time.monotonic() - t0, type=type(e).__name__,
                  msg=_first_line(e)[:500], text=str(e)[:2000])
-            _leave(dist, 3)
+            if f["kind"] != "shrink" or shrunk:
+                _leave(dist, 3)
+            t1 = time.monotonic()
+            try:  # find the lost rank, shrink to the survivors, redo op i there
+                lost = torch_xccl.survivors.lost_ranks(timeout=2.0)
+                torch_xccl.survivors.shrink(exclude=lost)
+            except Exception as e2:  # noqa: BLE001
+                emit("shrink_failed", i=i, msg=_first_line(e2)[:500])
+                _leave(dist, 3)
+            rank, world, shrunk = dist.get_rank(), dist.get_world_size(), True
+            emit("shrunk", i=i, lost=lost, elapsed=time.monotonic() - t1, rank=rank,
+                 world=world)
+            continue
         if bad is not None and not (f["kind"] == "mismatch" and rank == f["rank"]
                                     and i == f["op"]):
-            emit("wrong", i=i, detail=bad)
+            emit("wrong", i=i, detail=bad, **({"s": 1} if shrunk else {}))
         else:
-            emit("ok", i=i)
+            emit("ok", i=i, **({"s": 1} if shrunk else {}))
+        i += 1
     emit("done")
     _leave(dist, 0)
 

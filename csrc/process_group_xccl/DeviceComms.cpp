@@ -2,6 +2,7 @@
 // uses (deviceOf, commFor), making xdev and CUDA communicators (lazily, or eagerly for
 // init_process_group(device_id=...)), dist.split_group and dist.shrink_group.
 #include <algorithm>
+#include <future>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -170,20 +171,35 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::shrink(
   std::sort(exclude.begin(), exclude.end());
   const int flags = (shrinkFlags & 1) != 0 ? XCCL_SHRINK_ABORT : XCCL_SHRINK_DEFAULT;
   Adopted adopted;
-  adopted.host = state_->shrink(exclude, flags);
   std::shared_ptr<DeviceComm> dev;
   {
     std::lock_guard<std::mutex> g(devMu_);
     dev = devComm_;
   }
+  // The device communicator's shrink beside the host one's: two independent rendezvous
+  // (each communicator numbers its own derivations), so their waits overlap.
+  std::future<xcclComm_t> devShrink;
+  if (dev) {
+    devShrink = std::async(std::launch::async, [&] { return dev->state->shrink(exclude, flags); });
+  }
+  std::exception_ptr failed;
+  try {
+    adopted.host = state_->shrink(exclude, flags);
+  } catch (...) {
+    failed = std::current_exception();
+  }
   if (dev) {
     try {
-      adopted.device = dev->state->shrink(exclude, flags);
+      adopted.device = devShrink.get();
       adopted.deviceOf = dev->device;
     } catch (...) {
-      xcclCommAbort(adopted.host);
-      throw;
+      if (!failed) failed = std::current_exception();
     }
+  }
+  if (failed) {
+    if (adopted.host != nullptr) xcclCommAbort(adopted.host);
+    if (adopted.device != nullptr) xcclCommAbort(adopted.device);
+    std::rethrow_exception(failed);
   }
   const int below = static_cast<int>(std::lower_bound(exclude.begin(), exclude.end(), getRank()) -
                                      exclude.begin());

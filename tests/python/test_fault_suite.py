@@ -48,6 +48,13 @@ def check(rc, data, text, scenarios):
     for r in runs:
         if r["scenario"] in ("none", "late"):
             assert r["outcome"] == "ok", r
+        elif r["scenario"] == "shrink":
+            assert r["injected"] and r["outcome"] in ("continued", "late"), r
+            survivors = [k for k in r["ranks"] if k["rank"] != r["fault"]["rank"]]
+            assert all(k["lost"] == [r["fault"]["rank"]] for k in survivors), r
+            # every operation after the fault ran, verified, on the survivors' group
+            assert all(k["ops_after_shrink"] == len(r["ops"]) - k["raised_op"]
+                       for k in survivors), r
         else:
             # "late" (raised beyond its bound) is reported, not failed: the bounds are
             # timings on a shared 2-core machine; every survivor did raise
@@ -66,6 +73,17 @@ def test_fault_suite_sample(tmp_path):
     rc, data, text = run_suite(tmp_path, "--runs", "6", "--transports", "shm,tcp",
                                "--scenarios", ",".join(scenarios), timeout=140)
     check(rc, data, text, scenarios)
+
+
+@pytest.mark.timeout(150)
+def test_fault_suite_sample_survivors_continue(tmp_path):
+    """The "shrink" scenario: a rank is SIGKILLed at a random operation; the survivors
+    shrink it away and run the rest of the operations, every result verified for the
+    smaller world (3 and 4 ranks, cpu and xdev)."""
+    rc, data, text = run_suite(tmp_path, "--runs", "2", "--transports", "shm,tcp",
+                               "--scenarios", "shrink", "--world-sizes", "3", "4",
+                               "--devices", "cpu,xdev", timeout=140)
+    check(rc, data, text, ["shrink"] * 2)
 
 
 @pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "ok")

@@ -1,0 +1,115 @@
+"""xccl as torchft's process group: fault-tolerant training across replica groups.
+
+torchft (PyPI ``torchft``) keeps training going when a whole replica group fails: a
+lighthouse keeps the quorum, each step's gradients are averaged across the replica groups
+that are alive, a failed step is discarded, and a replica that comes back heals from a live
+one. Its extension point for a communication library is a reconfigurable process group: a
+``torchft.process_group.ProcessGroupWrapper`` whose ``_create_pg(store, rank, world_size)``
+makes the group of each quorum. :class:`ProcessGroupXCCL` is that, over torch_xccl's backend,
+for cpu tensors (xdev: see the limit below; cuda where torch has it)::
+
+    from torch_xccl.ft import ProcessGroupXCCL
+    manager = torchft.Manager(pg=ProcessGroupXCCL(), ...)
+
+A peer that dies mid-step fails the step's allreduce at once (never a partial sum). As
+torchft expects of its process groups (its NCCL one learns of failures asynchronously), the
+failure is not raised from ``wait()``: it is recorded and reported by ``errored()``, which the
+Manager reads before committing, so the step is discarded; the next quorum gets a new group.
+
+Limit: on xdev tensors a failed collective also fails the xdev stream it was ordered on (never
+an unreduced output read as a result), and the survivor's next device operation of the step
+torchft is about to discard raises; torchft expects NCCL's behaviour (the stream goes on, the
+failure is only reported). The errors are cleared when the next quorum's group is made, but
+the step raises first. docs/ELASTIC.md. ``examples/elastic/torchft_xccl.py`` runs two replica groups, kills
+one and restarts it (docs/ELASTIC.md).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed.distributed_c10d as c10d
+from torch.distributed import Work
+from torchft.process_group import ProcessGroupWrapper
+
+from . import _routing
+
+
+class ProcessGroupXCCL(ProcessGroupWrapper):
+    """torchft's reconfigurable process group over torch_xccl (backend name "torchft-xccl")."""
+
+    def __init__(self, timeout: timedelta = timedelta(seconds=60.0)) -> None:
+        super().__init__(timeout)
+        self._errored: Exception | None = None
+
+    def _create_pg(self, store, rank: int, world_size: int):
+        if self._errored is not None:  # the failed step was discarded: its device may go on
+            _clear_xdev_errors()
+        self._errored = None
+        group_name = ""
+        if self._quorum_id is not None and self._group_rank is not None:
+            group_name = f"torchft_quorum_{self._quorum_id}_rank_{self._group_rank}"
+        backend = _routing._create(store, rank, world_size, self._timeout, group_name,
+                                   self._global_ranks)
+        pg = c10d.ProcessGroup(store, rank, world_size)
+        xccl = c10d.ProcessGroup.BackendType.XCCL
+        for name in _routing.DEVICES:
+            if name == "cuda" and not torch.cuda.is_available():
+                continue
+            pg._register_backend(torch.device(name), xccl, backend)
+        pg._set_default_backend(xccl)
+        return pg
+
+    def getBackendName(self) -> str:
+        return "torchft-xccl"
+
+    def _wrap_work(self, work: Work, opts: object) -> Work:
+        return _RecordingWork(self, work)
+
+    def record_error(self, e: Exception) -> None:
+        if self._errored is None:
+            self._errored = e
+
+    def errored(self) -> Exception | None:
+        return self._errored
+
+    def abort(self, errored: bool = True) -> None:
+        if errored:
+            self.record_error(RuntimeError("torchft aborted the xccl process group"))
+        super().abort(errored=errored)
+
+
+class _RecordingWork(Work):
+    """A work whose failure is recorded on its process group instead of raised."""
+
+    def __init__(self, pg: ProcessGroupXCCL, work: Work) -> None:
+        super().__init__()
+        self._pg = pg
+        self._work = work
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        try:
+            self._work.wait()
+        except Exception as e:  # noqa: BLE001 - reported through errored()
+            self._pg.record_error(e)
+        return True
+
+    def get_future(self):
+        def settle(fut):
+            try:
+                return fut.value()
+            except Exception as e:  # noqa: BLE001
+                self._pg.record_error(e)
+                return None
+
+        return self._work.get_future().then(settle)
+
+
+def _clear_xdev_errors() -> None:
+    xdev = getattr(torch, "xdev", None)
+    if xdev is not None and xdev.is_available():
+        for i in range(xdev.device_count()):
+            xdev.clear_errors(i)
+
+
+__all__ = ["ProcessGroupXCCL"]
