@@ -32,9 +32,11 @@ future's value. The fault:
             collective-mismatch error
   shrink    (not in the default mix: --scenarios shrink) SIGKILL of a random rank at a random
             operation, then the survivors continue: each must raise, find exactly that rank
-            lost (torch_xccl.survivors.lost_ranks), shrink the default group, redo the failed
-            operation on it and run every remaining one, verified exactly for the smaller
-            world (docs/ELASTIC.md)
+            lost (torch_xccl.survivors.lost_ranks) and shrink the default group; they agree
+            to resume where the new rank 0 failed (one survivor may have completed the op
+            another failed: a broadcast's root, an allreduce whose last bytes it had) and
+            run every remaining operation, verified exactly for the smaller world
+            (docs/ELASTIC.md)
 
 Outcomes, from every rank's events (a rank reports each operation before it issues it,
 its verified completion, and any exception):
@@ -150,6 +152,8 @@ def plan(seed: int, index: int, args, transports: list[str]) -> dict:
                      kind="late_start" if rng.random() < 0.6 else "late_op",
                      op=rng.randrange(len(ops)))
     elif sc in ("kill", "stop", "shrink"):
+        if sc == "shrink" and transport == "netns":
+            victim = 1 + rng.randrange(world - 1)  # rank 0 hosts the store there
         during_init = sc == "kill" and rng.random() < 0.15
         fault.update(rank=victim, op=-1 if during_init else rng.randrange(0, 16),
                      delay_ms=(round(rng.uniform(0, 1000)) if during_init else
@@ -309,7 +313,19 @@ def rank_env(spec: dict, rank: int, master: str, port: int, args) -> dict:
         env["XCCL_SHM_DISABLE"] = "1"
     else:
         env.pop("XCCL_SHM_DISABLE", None)
+    if agent_store(spec):  # every rank a client of the suite's store, as under torchrun
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    else:
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     return env
+
+
+def agent_store(spec: dict) -> bool:
+    """"shrink" runs on one host keep the store in the suite's process, as torchrun's agent
+    does: torch's shrink_group clones the group's store, which a lost rank 0 would have taken
+    with it (docs/ELASTIC.md). Between namespace hosts rank 0 hosts it and is never the
+    victim (plan)."""
+    return spec["scenario"] == "shrink" and spec["transport"] != "netns"
 
 
 def inject(spec: dict, victim: Rank | None, hs) -> None:
@@ -374,7 +390,12 @@ def orchestrate(spec: dict, ranks: list[Rank], hs, args) -> dict:
     cond = ranks[0].cond
     sc, f = spec["scenario"], spec["fault"]
     tl = {"t_start": time.monotonic(), "injected": False}
-    start_ranks(spec, ranks, hs, 29500 if hs else util.free_port(), args, cond)
+    port = 29500 if hs else util.free_port()
+    if agent_store(spec):
+        import torch.distributed as dist  # only these runs pay for the import
+
+        tl["store"] = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    start_ranks(spec, ranks, hs, port, args, cond)
     victim = ranks[f["rank"]] if sc in ("kill", "stop", "absent", "shrink") else None
     survivors = [r for r in ranks if r is not victim]
     bound = bound_of(spec, args)
@@ -537,6 +558,7 @@ def rank_record(spec: dict, r: Rank, tl: dict, t_ref: float | None) -> dict:
     shrunk = r.find("shrunk")
     if shrunk is not None:
         rec.update(shrink_s=round(shrunk["elapsed"], 3), lost=shrunk["lost"],
+                   resume_op=shrunk["resume"],
                    ops_after_shrink=sum(e["ev"] == "ok" and bool(e.get("s")) for e in r.events))
     if r.find("shrink_failed"):
         rec["shrink_failed"] = r.find("shrink_failed")["msg"]

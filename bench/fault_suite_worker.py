@@ -242,8 +242,13 @@ def worker_main() -> None:
                 emit("shrink_failed", i=i, msg=_first_line(e2)[:500])
                 _leave(dist, 3)
             rank, world, shrunk = dist.get_rank(), dist.get_world_size(), True
-            emit("shrunk", i=i, lost=lost, elapsed=time.monotonic() - t1, rank=rank,
-                 world=world)
+            # The survivors may stand at different operations (one completed op i, whose
+            # data it had, while another failed it): all resume where the new rank 0 does.
+            at = torch.tensor([i], dtype=torch.int64)
+            dist.broadcast(at, src=0)
+            failed_at, i = i, int(at.item())
+            emit("shrunk", i=failed_at, resume=i, lost=lost, elapsed=time.monotonic() - t1,
+                 rank=rank, world=world)
             continue
         if bad is not None and not (f["kind"] == "mismatch" and rank == f["rank"]
                                     and i == f["op"]):

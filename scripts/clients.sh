@@ -21,12 +21,14 @@ if [ "${XCCL_CLIENTS_INSTALL:-1}" = 1 ]; then
   $PY -m pip install -q -c "$constraint" transformers accelerate pytorch-lightning
   # DeepSpeed's sdist: DS_BUILD_OPS=0 builds no native op (torch_xccl uses none)
   DS_BUILD_OPS=0 $PY -m pip install -q --no-build-isolation -c "$constraint" deepspeed
+  $PY -m pip install -q -c "$constraint" torchft  # torch_xccl.ft (docs/ELASTIC.md)
   echo "== clients.sh: clients installed in $((SECONDS - start)) s"
 fi
 $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else \
 'torch changed: ' + torch.__version__)"
 status=0
-$PY -m pytest tests/python/test_integrations.py tests/python/test_clients_sample.py -q -rs \
+XCCL_TEST_EXAMPLES=1 $PY -m pytest tests/python/test_integrations.py \
+  tests/python/test_clients_sample.py tests/python/test_elastic_examples.py -q -rs \
   --timeout=600 || status=1
 $PY tests/clients/matrix.py --json "${XCCL_CLIENTS_JSON:-/tmp/xccl-clients-matrix.json}" "$@" \
   || status=1

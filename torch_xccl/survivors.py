@@ -7,7 +7,9 @@ A collective whose peer dies fails on every survivor within a fraction of a seco
         loss.backward(); optimizer.step()
     except torch.distributed.DistBackendError:
         group = torch_xccl.survivors.shrink()   # the survivors only; the default group now
-        # rebuild DDP on the new group, re-shard the data, redo the step
+        # rebuild DDP on the new group (it gives everyone rank 0's weights), take rank 0's
+        # position (a broadcast: one survivor may have completed the step another failed),
+        # re-shard the data, redo the step
 
 ``shrink`` asks every rank's process whether it still answers (``lost_ranks``), then calls
 ``torch.distributed.shrink_group`` with those ranks and ``SHRINK_ABORT``: the new group's

@@ -13,8 +13,10 @@ What happens (docs/ELASTIC.md):
    any parameter changes (the optimizer never runs on partial gradients).
 3. The survivors call torch_xccl.survivors.shrink(): it finds the lost rank (its process no
    longer answers), and dist.shrink_group makes the new default group from the old
-   communicators (xcclCommShrink, no store round). They wrap the model in a new DDP, and redo
-   the failed step with the same samples split three ways: nothing is lost or seen twice.
+   communicators (xcclCommShrink, no store round). They wrap the model in a new DDP (which
+   gives all of them the new rank 0's weights), take rank 0's position in the epoch (a
+   survivor may have completed the step another failed), and redo the step with the same
+   samples split three ways: nothing is lost or seen twice.
 4. At the end of the epoch the launcher's replacement process joins: survivors and newcomer
    form a fresh 4-rank group (a new store scope), rank 0 broadcasts the weights, and the second
    epoch runs on 4 ranks.
@@ -146,7 +148,14 @@ def run_epoch(t: Trainer, epoch: int, cursor: int, kill_at=None) -> dict:
             lost = torch_xccl.survivors.lost_ranks(timeout=2.0)
             torch_xccl.survivors.shrink(exclude=lost)
             info["lost"] = lost
-            t.wrap()  # DDP on the new default group
+            # DDP on the new default group; its constructor gives every survivor the new rank
+            # 0's weights. The survivors may stand at different steps (one can complete the
+            # step in which another failed, when the data it still needed had arrived): all
+            # take the new rank 0's position too, so model and data agree.
+            t.wrap()
+            at = torch.tensor([cursor], dtype=torch.int64)
+            dist.broadcast(at, src=0)
+            cursor = int(at.item())
             if dist.get_rank() == 0:
                 t.save(info_path("shrink"), epoch, cursor)
             t.step(epoch, cursor)  # the failed step again, on the survivors

@@ -53,7 +53,8 @@ def check(rc, data, text, scenarios):
             survivors = [k for k in r["ranks"] if k["rank"] != r["fault"]["rank"]]
             assert all(k["lost"] == [r["fault"]["rank"]] for k in survivors), r
             # every operation after the fault ran, verified, on the survivors' group
-            assert all(k["ops_after_shrink"] == len(r["ops"]) - k["raised_op"]
+            assert len({k["resume_op"] for k in survivors}) == 1, r  # one place to resume
+            assert all(k["ops_after_shrink"] == len(r["ops"]) - k["resume_op"]
                        for k in survivors), r
         else:
             # "late" (raised beyond its bound) is reported, not failed: the bounds are
