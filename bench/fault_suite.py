@@ -155,7 +155,9 @@ def plan(seed: int, index: int, args, transports: list[str]) -> dict:
         if sc == "shrink" and transport == "netns":
             victim = 1 + rng.randrange(world - 1)  # rank 0 hosts the store there
         during_init = sc == "kill" and rng.random() < 0.15
-        fault.update(rank=victim, op=-1 if during_init else rng.randrange(0, 16),
+        # A shrink run's operations end (bounded): its fault must come before the last one.
+        last = min(16, len(ops) - 1) if sc == "shrink" else 16
+        fault.update(rank=victim, op=-1 if during_init else rng.randrange(0, last),
                      delay_ms=(round(rng.uniform(0, 1000)) if during_init else
                                (0 if rng.random() < 0.4 else round(rng.uniform(0, 30), 1))))
     elif sc == "absent":
