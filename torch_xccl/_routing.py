@@ -14,7 +14,8 @@ The problem: torch >= 2.8 knows a built-in backend named "xccl" (Intel XPU).
 which runs *before* third-party plugins (``Backend._plugins``) are consulted, so
 ``Backend.register_backend("xccl", ...)`` alone can never be reached.
 
-The approach (no torch function is replaced or rewritten): when torch's own XCCL is not
+The approach (no public torch function is replaced or rewritten; one private helper of
+``shrink_group`` is wrapped, see ``_install_shrink``): when torch's own XCCL is not
 available — every CPU or CUDA build — we complete that branch with our backend. The branch
 looks up two names in the ``distributed_c10d`` module namespace at call time:
 
@@ -137,8 +138,44 @@ def _install_shrink() -> None:
     c10d._create_shrunk_process_group = create_shrunk
 
 
+def _install_coalescing_guard() -> None:
+    """torch's ``_coalescing_manager`` (``batch_isend_irecv``, coalesced collectives) does not
+    clean up when an operation inside it raises: the group stays in
+    ``_world.pg_coalesce_state``, and every later collective on that group is only recorded
+    and returns without running (an output never reduced, read as a result: found by the fault
+    suite). The wrapper forgets the block on an exception, and on a torch_xccl group ends the
+    backend's block too (its libxccl group discarded, its Works failed)."""
+    original = getattr(c10d, "_coalescing_manager", None)
+    if original is None or getattr(original, "_torch_xccl", False):
+        return
+    import contextlib
+
+    @contextlib.contextmanager
+    def coalescing_manager(group=None, device=None, async_ops=False):
+        target = group or c10d._get_default_group()
+        try:
+            with original(group, device, async_ops) as cm:
+                yield cm
+        except BaseException:
+            c10d._world.pg_coalesce_state.pop(target, None)
+            if device is not None:
+                from . import _C
+
+                try:
+                    backend = target._get_backend(device)
+                except RuntimeError:
+                    backend = None
+                if backend is not None and _C._is_xccl_backend(backend):
+                    _C._abandon_coalescing(backend, "an operation of the block raised")
+            raise
+
+    coalescing_manager._torch_xccl = True
+    c10d._coalescing_manager = coalescing_manager
+
+
 def _install() -> None:
     _install_shrink()
+    _install_coalescing_guard()
     c10d.ProcessGroupXCCL = ProcessGroupXCCL
     c10d.is_xccl_available = _routed_is_xccl_available
     dist.is_xccl_available = _routed_is_xccl_available

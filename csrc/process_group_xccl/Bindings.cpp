@@ -77,6 +77,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "_revoke", [](const c10::intrusive_ptr<c10d::Backend>& b) { asXccl(b).revoke(); },
       py::call_guard<py::gil_scoped_release>());
+  m.def("_abandon_coalescing",
+        [](const c10::intrusive_ptr<c10d::Backend>& b, const std::string& why) {
+          auto& pg = asXccl(b);
+          if (pg.coalescing()) pg.abandonCoalescing(why);
+        });
   m.def("_is_xccl_backend", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return dynamic_cast<torch_xccl::ProcessGroupXCCL*>(b.get()) != nullptr;
   });

@@ -167,6 +167,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupXCCL::shrink(
     const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
     const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
   // torch validated the list (shrink_group); a direct call gets libxccl's checks.
+  if (coalescing_) abandonCoalescing("the group is being shrunk");
   std::vector<int> exclude(ranksToExclude.begin(), ranksToExclude.end());
   std::sort(exclude.begin(), exclude.end());
   const int flags = (shrinkFlags & 1) != 0 ? XCCL_SHRINK_ABORT : XCCL_SHRINK_DEFAULT;

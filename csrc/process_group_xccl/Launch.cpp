@@ -46,15 +46,24 @@ Enqueued enqueueOn(CommState& state, Target target, const Enqueue& enqueue, bool
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(Op op) {
-  Launch l = prepare(op);
-  if (isAccelerator(l.device)) return runOnStream(op, l);
-  // A blocking collective on the host communicator runs on this thread (XCCL_STREAM_CALLER):
-  // torch waits for it at once anyway, and the hand-off to libxccl's progress thread and
-  // back was most of a small collective's time. The Work is complete when launch returns.
-  if (op.extra.callerWaits && runOnCaller_ && !coalescing_ && !state_->desync) {
-    return runOnCaller(op, l);
+  try {
+    Launch l = prepare(op);
+    if (isAccelerator(l.device)) return runOnStream(op, l);
+    // A blocking collective on the host communicator runs on this thread
+    // (XCCL_STREAM_CALLER): torch waits for it at once anyway, and the hand-off to libxccl's
+    // progress thread and back was most of a small collective's time. The Work is complete
+    // when launch returns.
+    if (op.extra.callerWaits && runOnCaller_ && !coalescing_ && !state_->desync) {
+      return runOnCaller(op, l);
+    }
+    return runAsync(op, l);
+  } catch (...) {
+    // torch does not end a coalescing block whose operation raised: end it here, or the
+    // thread's libxccl group stays open and every later call of this thread, on any group,
+    // would only be recorded (an output never reduced, read as a result).
+    if (coalescing_) abandonCoalescing("an operation of the block raised");
+    throw;
   }
-  return runAsync(op, l);
 }
 
 ProcessGroupXCCL::Launch ProcessGroupXCCL::prepare(Op& op) {
@@ -222,8 +231,23 @@ void ProcessGroupXCCL::finishOnStream(const std::vector<c10::intrusive_ptr<WorkX
 
 // ---------------------------------------------------------------- coalescing
 
+// Ends a block torch will not end (an operation in it raised, or the group is being shrunk
+// with it open): the thread's libxccl group is discarded, nothing it recorded runs (a send
+// of a failed batch would otherwise wait for a receive its peer never posted, ahead of every
+// later operation), and the block's Works fail with `why`.
+void ProcessGroupXCCL::abandonCoalescing(const std::string& why) {
+  coalescing_ = false;
+  xcclGroupDiscard();
+  auto e = distError("xccl: coalescing block abandoned: " + why);
+  for (auto& w : coalesced_) w->complete(e);
+  coalesced_.clear();
+  coalescedComm_.reset();
+  coalescedPosts_.clear();
+}
+
 void ProcessGroupXCCL::startCoalescing() {
-  TORCH_CHECK(!coalescing_, "xccl startCoalescing: already inside a coalescing block");
+  // A block whose operation raised before reaching launch (a bad argument) was left open.
+  if (coalescing_) abandonCoalescing("a new block started before it ended");
   xcclResult_t r = xcclGroupStart();
   if (r != xcclSuccess)
     throwDist("xccl startCoalescing: " + libError(r, xcclGetLastError(nullptr)));

@@ -17,6 +17,11 @@ namespace torch_xccl {
 
 ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    c10::intrusive_ptr<Options> options)
+    : ProcessGroupXCCL(store, rank, size, std::move(options), Adopted{}) {}
+
+// Adopted{} (no host communicator): a new group, whose communicator is made over the store.
+ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   c10::intrusive_ptr<Options> options, Adopted adopted)
     : c10d::Backend(rank, size),
       store_(store),
       options_(std::move(options)),
@@ -30,7 +35,29 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
   state_->rank = rank;
   state_->size = size;
   state_->name = options_->group_name.empty() ? std::string("default") : options_->group_name;
+  if (adopted.host == nullptr) {
+    finishConstruction(initHostComm());
+    return;
+  }
+  if (adopted.device != nullptr) {
+    auto dc = std::make_shared<DeviceComm>();
+    dc->state = std::make_shared<CommState>();
+    dc->state->rank = rank;
+    dc->state->size = size;
+    dc->state->name = state_->name + "/" + adopted.deviceOf.str();
+    dc->state->comm = adopted.device;
+    dc->device = adopted.deviceOf;
+    dc->stream = poolStream(adopted.deviceOf);
+    dc->ready = std::make_unique<DeviceEvent>(adopted.deviceOf);
+    devComm_ = dc;
+  }
+  finishConstruction(adopted.host);
+  if (devComm_) devComm_->state->desync = state_->desync;
+}
 
+// The host communicator of a new group, through the store.
+xcclComm_t ProcessGroupXCCL::initHostComm() {
+  const int rank = getRank(), size = getSize();
   StoreCtx ctx{store_};
   // torch's prefix for this group repeats across initialisations (destroy_process_group +
   // init_process_group, torchrun restarts): everything below writes under a scope of this
@@ -50,36 +77,7 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
     throwDist("xccl init: rank " + std::to_string(rank) + " of " + std::to_string(size) +
               " (group '" + state_->name + "'): " + libError(r, xcclGetLastError(nullptr)));
   }
-  finishConstruction(comm);
-}
-
-ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   c10::intrusive_ptr<Options> options, Adopted adopted)
-    : c10d::Backend(rank, size),
-      store_(store),
-      options_(std::move(options)),
-      state_(std::make_shared<CommState>()),
-      blockingWait_(blockingWaitFromEnv()),
-      errorMode_(errorModeFromEnv()),
-      runOnCaller_(envKnob("TORCH_XCCL_RUN_ON_CALLER", 1, 0, 1) != 0) {
-  TORCH_CHECK(adopted.host != nullptr, "xccl: no communicator to adopt");
-  state_->rank = rank;
-  state_->size = size;
-  state_->name = options_->group_name.empty() ? std::string("default") : options_->group_name;
-  if (adopted.device != nullptr) {
-    auto dc = std::make_shared<DeviceComm>();
-    dc->state = std::make_shared<CommState>();
-    dc->state->rank = rank;
-    dc->state->size = size;
-    dc->state->name = state_->name + "/" + adopted.deviceOf.str();
-    dc->state->comm = adopted.device;
-    dc->device = adopted.deviceOf;
-    dc->stream = poolStream(adopted.deviceOf);
-    dc->ready = std::make_unique<DeviceEvent>(adopted.deviceOf);
-    devComm_ = dc;
-  }
-  finishConstruction(adopted.host);
-  if (devComm_) devComm_->state->desync = state_->desync;
+  return comm;
 }
 
 void ProcessGroupXCCL::finishConstruction(xcclComm_t host) {
@@ -146,6 +144,12 @@ ProcessGroupXCCL::~ProcessGroupXCCL() {
   }
   stopCompletionThread();
   for (auto& c : allComms()) c->close("process group destroyed", /*destroy=*/true);
+  // A block left open (an operation in it raised before launch): discard this thread's
+  // libxccl group too (on another thread there is none: xcclGroupDiscard refuses, harmless).
+  if (coalescing_) {
+    coalescing_ = false;
+    xcclGroupDiscard();
+  }
 }
 
 void ProcessGroupXCCL::shutdown() {

@@ -64,8 +64,9 @@ class ProcessGroupXCCL : public c10d::Backend {
 
   ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    c10::intrusive_ptr<Options> options);
-  // Adopts communicators made from another group's (shrink): `host` for cpu tensors and, when
-  // the parent had one, `device` (its communicator on `deviceOf`). `store` is used as given.
+  // Adopts communicators made from another group's (split, shrink): `host` for cpu tensors
+  // and, when the parent had one, `device` (its communicator on `deviceOf`). `store` is used
+  // as given. Adopted{} makes a new host communicator over the store (the constructor above).
   struct Adopted {
     xcclComm_t host = nullptr;
     xcclComm_t device = nullptr;
@@ -106,6 +107,9 @@ class ProcessGroupXCCL : public c10d::Backend {
 
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  // Ends a block torch will not end (Launch.cpp says when); coalescing(): a block is open.
+  void abandonCoalescing(const std::string& why);
+  bool coalescing() const { return coalescing_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -249,6 +253,7 @@ class ProcessGroupXCCL : public c10d::Backend {
   uint64_t shrinkCount_ = 0;                                              // under splitMu_
   // The parts of construction both constructors share, after the host communicator exists.
   void finishConstruction(xcclComm_t host);
+  xcclComm_t initHostComm();  // a new group's host communicator, over the store
   std::atomic<uint64_t> seq_{0};
   uint64_t collSeq_ = 0;       // collectives only (desync report, flight recorder); under enqueueMu
   uint64_t p2pSeq_ = 0;        // point-to-point ops (flight recorder); under enqueueMu

@@ -116,6 +116,29 @@ TEST(CommShrink, SurvivorsOfAnAbortedRankContinue) {
   });
 }
 
+// A rank that is excluded but still runs a collective on the parent: the others' shrink with
+// XCCL_SHRINK_ABORT fails that collective cleanly (the parent's connections close), no hang.
+TEST(CommShrink, AbortFailsACollectiveTheExcludedRankStillRuns) {
+  xccl_test::MemoryStore store;
+  const int n = 3, excluded = 2;
+  xccl_test::runThreads(n, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, n, rank);
+    if (rank == excluded) {
+      std::string why;
+      EXPECT_EQ(failingAllReduce(comm, &why), xcclRemoteError);
+      check(xcclCommAbort(comm));
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it is waiting by now
+    const int exclude[] = {excluded};
+    xcclComm_t child = nullptr;
+    check(xcclCommShrink(comm, exclude, 1, &child, nullptr, XCCL_SHRINK_ABORT), comm);
+    EXPECT_EQ(sumOf(child, 1.0f), 2.0f);
+    check(xcclCommDestroy(child));
+    check(xcclCommAbort(comm));
+  });
+}
+
 TEST(CommShrink, RejectsBadExclusionLists) {
   xccl_test::MemoryStore store;
   const int n = 2;
@@ -207,6 +230,33 @@ TEST(CommShrink, ProbeFindsAKilledProcessAndSurvivorsShrink) {
   for (int r = 1; r < n; ++r) {
     EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) << "rank " << r;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// A caller whose group failed half-way discards it: nothing recorded runs, the thread is out
+// of the group, and an event recorded inside an open group is refused (it would be complete
+// before the group's operations ran: an output never reduced, read as a result).
+TEST(Group, DiscardDropsWhatWasRecordedAndEventsInsideAGroupAreRefused) {
+  xccl_test::MemoryStore store;
+  const int n = 2;
+  xccl_test::runThreads(n, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, n, rank);
+    std::vector<float> buf(8, 5.0f);
+    check(xcclGroupStart());
+    check(xcclAllReduce(buf.data(), buf.data(), buf.size(), xcclFloat32, xcclSum, comm, nullptr),
+          comm);
+    xcclEvent_t ev;
+    EXPECT_EQ(xcclEventRecord(&ev, comm), xcclInvalidUsage);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("open group"), std::string::npos);
+    check(xcclGroupDiscard());
+    EXPECT_EQ(xcclGroupDiscard(), xcclInvalidUsage);  // no group open any more
+    EXPECT_EQ(buf[0], 5.0f);                          // the discarded allreduce never ran
+    EXPECT_EQ(sumOf(comm, static_cast<float>(rank + 1)), 3.0f);
+    check(xcclCommDestroy(comm));
+  });
 }
 
 }  // namespace

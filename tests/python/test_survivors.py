@@ -59,3 +59,14 @@ def test_shrink_group_rejects_bad_lists_as_torch_documents():
         assert r == {"empty": "ValueError", "out_of_range": "ValueError",
                      "duplicate": "ValueError", "everyone": "ValueError",
                      "self": "RuntimeError", "still_works": True}, r
+
+
+@pytest.mark.timeout(90)
+def test_a_batch_that_raises_leaves_no_group_open():
+    """Found by the fault suite's shrink runs: an exception inside batch_isend_irecv left the
+    thread inside a libxccl group, and every later collective of the thread, on any group,
+    was only recorded: its output came back unreduced."""
+    results = run_world(workers_survivors.block_that_raises, 2, timeout=60)
+    for r in results:
+        assert r["raised"] is not None, r
+        assert r["cpu"] == [3.0] * 3 and r["xdev"] == [3.0] * 3, r

@@ -90,3 +90,21 @@ def shrink_bad_input(rank, world):
     dist.all_reduce(t)  # the group is untouched
     errors["still_works"] = t[0].item() == world
     return errors
+
+
+def block_that_raises(rank, world):
+    """A batch whose second operation raises (tensors on two devices): torch never ends the
+    coalescing block; the next collectives of this thread must still run, and be right."""
+    dev = _dev("xdev", rank)
+    peer = (rank + 1) % world
+    raised = None
+    try:
+        dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(4, device=dev), peer),
+                                dist.P2POp(dist.irecv, torch.zeros(4), peer)])
+    except Exception as e:  # noqa: BLE001
+        raised = type(e).__name__
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    u = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(u)
+    return {"raised": raised, "cpu": t.tolist(), "xdev": u.cpu().tolist()}

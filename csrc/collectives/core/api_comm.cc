@@ -144,6 +144,7 @@ xcclResult_t xcclCommInitAllConfig(xcclComm_t* comms, int ndev, const int* devli
 xcclResult_t xcclCommDestroy(xcclComm_t comm) {
   return guarded("xcclCommDestroy", [&] {
     if (comm == nullptr) return;
+    forgetGroupedOps(comm->impl.get());
     comm->impl.reset();
     delete comm;
   });
@@ -152,6 +153,7 @@ xcclResult_t xcclCommDestroy(xcclComm_t comm) {
 xcclResult_t xcclCommAbort(xcclComm_t comm) {
   return guarded("xcclCommAbort", [&] {
     if (comm == nullptr) return;
+    forgetGroupedOps(comm->impl.get());
     if (comm->impl) comm->impl->abort();
     comm->impl.reset();
     delete comm;

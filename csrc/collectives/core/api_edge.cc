@@ -102,6 +102,14 @@ xcclResult_t xcclCommUserRank(const xcclComm_t comm, int* rank) {
 xcclResult_t xcclEventRecord(xcclEvent_t* event, xcclComm_t comm) {
   return guarded("xcclEventRecord", [&] {
     XCCL_CHECK_ARG(event != nullptr, "event is NULL");
+    // Inside a group the operations are only recorded: an event now would be complete before
+    // they ran (an output read as a result although it was never reduced).
+    if (inOpenGroup()) {
+      throw InvalidUsage(
+          "called inside an open group (xcclGroupStart without its xcclGroupEnd on this "
+          "thread): the group's operations have not been enqueued yet; record after "
+          "xcclGroupEnd");
+    }
     event->comm = comm;
     event->seq = commOf(comm).lastEnqueued();
   });

@@ -60,4 +60,9 @@ Comm& commOf(xcclComm_t comm);
 // (XCCL_STREAM_CALLER), or records it in the open group. InvalidArgument for a bad call.
 void submit(Comm& comm, CollArgs args, xcclStream_t stream);
 
+// Whether the calling thread is between xcclGroupStart and its outermost xcclGroupEnd.
+bool inOpenGroup();
+// Drops the calling thread's grouped operations on `comm` (it is being freed).
+void forgetGroupedOps(const Comm* comm);
+
 }  // namespace xccl

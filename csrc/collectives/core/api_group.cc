@@ -73,6 +73,14 @@ void enqueueOrRun(Comm& comm, OpEntry op) {
 
 }  // namespace
 
+bool inOpenGroup() { return tlsGroupDepth > 0; }
+
+void forgetGroupedOps(const Comm* comm) {
+  tlsGroupOps.erase(std::remove_if(tlsGroupOps.begin(), tlsGroupOps.end(),
+                                   [&](const GroupedOp& g) { return g.comm == comm; }),
+                    tlsGroupOps.end());
+}
+
 void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
   validateCall(comm, args);
   if (tlsGroupDepth > 0) {
@@ -94,6 +102,14 @@ extern "C" {
 xcclResult_t xcclGroupStart(void) {
   ++tlsGroupDepth;
   return xcclSuccess;
+}
+
+xcclResult_t xcclGroupDiscard(void) {
+  return guarded("xcclGroupDiscard", [&] {
+    XCCL_CHECK(tlsGroupDepth > 0, "xcclGroupDiscard without xcclGroupStart");
+    tlsGroupDepth = 0;
+    tlsGroupOps.clear();
+  });
 }
 
 xcclResult_t xcclGroupEnd(void) {

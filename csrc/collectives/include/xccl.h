@@ -221,6 +221,8 @@ XCCL_API xcclResult_t xcclCommCount(const xcclComm_t comm, int* count);
 XCCL_API xcclResult_t xcclCommUserRank(const xcclComm_t comm, int* rank);
 
 /* ---- completion ---- */
+/* The position of every operation enqueued on comm so far. xcclInvalidUsage inside an open
+ * group on the calling thread (its operations are only recorded until xcclGroupEnd). */
 XCCL_API xcclResult_t xcclEventRecord(xcclEvent_t* event, xcclComm_t comm);
 /* xcclSuccess when done, xcclInProgress when not, or the error that failed it. */
 XCCL_API xcclResult_t xcclEventQuery(const xcclEvent_t* event);
@@ -290,6 +292,10 @@ XCCL_API xcclResult_t xcclBarrier(xcclComm_t comm, xcclStream_t stream);
  * receives completes without deadlock). */
 XCCL_API xcclResult_t xcclGroupStart(void);
 XCCL_API xcclResult_t xcclGroupEnd(void);
+/* Ends the calling thread's open group, nested levels included, without running anything
+ * it recorded (a caller whose group failed half-way: what it recorded never reaches a
+ * peer). xcclInvalidUsage when no group is open. */
+XCCL_API xcclResult_t xcclGroupDiscard(void);
 
 /* ---- helpers ---- */
 XCCL_API size_t xcclTypeSize(xcclDataType_t datatype);
