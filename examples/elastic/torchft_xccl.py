@@ -2,7 +2,7 @@
 lost one comes back, heals from the live one, and both finish with the same weights.
 
     pip install torchft            # beside torch (see docs/ELASTIC.md for the constraint)
-    python examples/elastic/torchft_xccl.py [--steps 250] [--kill-step 10]    # cpu tensors
+    python examples/elastic/torchft_xccl.py [--steps 60] [--kill-step 10]    # cpu tensors
 
 The launcher (this process) runs torchft's lighthouse (the quorum service) and starts two
 replica groups of one process each. Each builds a torchft Manager on
@@ -14,7 +14,8 @@ At step `--kill-step` replica 1 SIGKILLs itself inside a step. Replica 0's allre
 once (xccl: the peer is gone), torchft discards that step, the lighthouse forms a quorum of
 one, and replica 0 keeps committing steps alone. The launcher restarts replica 1: it joins the
 next quorum, receives replica 0's state (torchft's checkpoint transport), and from then on both
-commit the same steps. Prints `RESULT {...}`: the steps replica 0 committed alone, the seconds
+commit the same steps, `--together` of them (the replacement sets the common last step once it
+has joined, so the run shows both phases on a machine of any speed). Prints `RESULT {...}`: the steps replica 0 committed alone, the seconds
 from the kill to its next committed step, and whether both replicas end with equal weights.
 
 `--device xdev` does not work yet, and says so: a failed xccl collective fails the xdev stream
@@ -32,6 +33,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -72,7 +74,24 @@ def replica(args) -> None:
         sys.stdin.readline()
     g = torch.Generator().manual_seed(100 + args.replica)
     log = []
-    while manager.current_step() < args.steps:
+    # Where both stop: the replacement, once it has joined, writes "the step it joined at +
+    # --together" (at least --steps); until then the other replica goes on alone. So the
+    # run shows steps together whatever the machine's speed, and both end on one step.
+    stop_file = os.path.join(args.dir, "stop_at")
+
+    def stop_at():
+        try:
+            with open(stop_file) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return None
+
+    while True:
+        step, end = manager.current_step(), stop_at()
+        if end is not None and step >= end:
+            break
+        if end is None and step >= 20 * args.steps:  # the replacement never came
+            break
         x = torch.randn(32, 16, generator=g).to(dev)
         y = x.sum(dim=1, keepdim=True).tanh()
         opt.zero_grad()
@@ -88,16 +107,23 @@ def replica(args) -> None:
                     "committed": manager.current_step() > before,
                     "participants": manager.num_participants(), "at": time.time(),
                     "loss": loss.item()})
+        if (args.replacement and log[-1]["committed"] and log[-1]["participants"] == 2
+                and stop_at() is None):
+            with open(stop_file + ".tmp", "w") as f:
+                f.write(str(max(args.steps, manager.current_step() + args.together)))
+            os.replace(stop_file + ".tmp", stop_file)
     weights = torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
     print("REPLICA " + json.dumps({"replica": args.replica, "log": log,
                                    "weights": weights.tolist()}), flush=True)
     manager.shutdown(wait=False)
 
 
-def start(args, which: int, die_at=None, wait_go=False) -> subprocess.Popen:
+def start(args, which: int, die_at=None, wait_go=False, replacement=False) -> subprocess.Popen:
     cmd = [sys.executable, os.path.abspath(__file__), "--replica", str(which),
            "--lighthouse", args.lighthouse, "--device", args.device, "--steps", str(args.steps),
-           "--step-ms", str(args.step_ms)]
+           "--step-ms", str(args.step_ms), "--dir", args.dir, "--together", str(args.together)]
+    if replacement:
+        cmd += ["--replacement"]
     if die_at is not None:
         cmd += ["--die-at", str(die_at)]
     if wait_go:
@@ -108,13 +134,18 @@ def start(args, which: int, die_at=None, wait_go=False) -> subprocess.Popen:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["xdev", "cpu"])
-    ap.add_argument("--steps", type=int, default=250)
+    ap.add_argument("--steps", type=int, default=60,
+                    help="at least this many steps in all")
     ap.add_argument("--kill-step", type=int, default=10)
     ap.add_argument("--step-ms", type=float, default=30.0)
     ap.add_argument("--replica", type=int, default=None)
     ap.add_argument("--lighthouse", default="")
     ap.add_argument("--die-at", type=int, default=None)
     ap.add_argument("--wait-go", action="store_true")
+    ap.add_argument("--replacement", action="store_true")
+    ap.add_argument("--dir", default="")
+    ap.add_argument("--together", type=int, default=30,
+                    help="steps both replicas commit after the replacement joined")
     ap.add_argument("--rejoin-after", type=float, default=1.0,
                     help="seconds between the kill and the replacement's start")
     args = ap.parse_args()
@@ -125,6 +156,7 @@ def main() -> int:
     from torchft._torchft import LighthouseServer
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    args.dir = tempfile.mkdtemp(prefix="xccl-torchft-")
     # A quorum forms once every replica that heartbeats has asked to join (up to 2 s): both
     # start in the first one; a dead replica stops heartbeating and is left out at once.
     # A replica that stops heartbeating for 0.5 s is out of the next quorum.
@@ -143,7 +175,7 @@ def main() -> int:
     killed_at = float(text1.split("REPLICA_KILLED ")[1].split()[0])
     first_exit = r1.returncode
     time.sleep(max(0.0, killed_at + args.rejoin_after - time.time()))
-    r1b = start(args, 1)  # the replacement: joins, heals from replica 0
+    r1b = start(args, 1, replacement=True)  # joins, heals from replica 0
     outs = {}
     for name, p in (("r0", r0), ("r1", r1b)):
         text, _ = p.communicate(timeout=300)

@@ -34,7 +34,7 @@ def _result(cmd, timeout):
 @pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="torchft not installed")
 @pytest.mark.timeout(240)
 def test_torchft_replica_dies_other_goes_on_replacement_heals():
-    rc, r, err = _result([os.path.join(EXAMPLES, "torchft_xccl.py"), "--steps", "150"], 220)
+    rc, r, err = _result([os.path.join(EXAMPLES, "torchft_xccl.py"), "--together", "20"], 220)
     assert rc == 0 and r["ok"], (r, err)
     assert r["steps_committed_alone"] > 0 and r["steps_together_after_rejoin"] > 0, r
     assert r["weights_equal"], r
