@@ -225,6 +225,9 @@ def worker_main() -> None:
         if shrunk:  # a root of the old group may be past the new one's end
             op = dict(op, root=op["root"] % world)
         emit("op", i=i, **({"s": 1} if shrunk else {}))
+        if f["kind"] == "shrink" and not shrunk and rank == f.get("rank") and i == f.get("op"):
+            time.sleep(3600)  # the victim waits here for its SIGKILL: the fault is at op i,
+            # never later (a bounded run could otherwise end before the kill lands)
         t0 = time.monotonic()
         try:
             bad = run_op(torch, dist, op, rank, world, spec["salt"] + i, dtype,
