@@ -40,16 +40,19 @@ CommState::~CommState() {
 }
 
 xcclComm_t CommState::shrink(const std::vector<int>& exclude, int xcclFlags) {
-  std::shared_lock<std::shared_mutex> lk(rw);
-  xcclComm_t from = comm != nullptr ? comm : retired;
-  TORCH_CHECK(from != nullptr, "xccl shrink of group '", name,
-              "': its communicator was destroyed (", reason(), ")");
   xcclComm_t out = nullptr;
-  xcclResult_t r = xcclCommShrink(from, exclude.data(), static_cast<int>(exclude.size()), &out,
-                                  nullptr, xcclFlags);
+  xcclResult_t r = xcclSuccess;
+  std::string detail;
+  bool had = useEvenClosed([&](xcclComm_t from) {
+    r = xcclCommShrink(from, exclude.data(), static_cast<int>(exclude.size()), &out, nullptr,
+                       xcclFlags);
+    if (r != xcclSuccess) detail = xcclGetLastError(from);
+  });
+  TORCH_CHECK(had, "xccl shrink of group '", name, "': its communicator was destroyed (", reason(),
+              ")");
   if (r != xcclSuccess) {
     throwDist("xccl shrink of group '" + name + "' (rank " + std::to_string(rank) + " of " +
-              std::to_string(size) + "): " + libError(r, xcclGetLastError(from)));
+              std::to_string(size) + "): " + libError(r, detail.c_str()));
   }
   return out;
 }
