@@ -140,6 +140,11 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        [&o](const std::string& v) { o.check = static_cast<int>(toInt("-c", v, 0, 1)); }},
       {'m', "agg_iters", "M", "operations aggregated in one xcclGroupStart/End, default 1",
        [&o](const std::string& v) { o.aggIters = static_cast<int>(toInt("-m", v, 1, 1 << 20)); }},
+      {'z', "blocking", "0|1",
+       "1: host operations block on the calling thread (XCCL_STREAM_CALLER, as the torch "
+       "backend's blocking collectives and MPI calls do); 0: queued to the communicator's "
+       "thread (default)",
+       [&o](const std::string& v) { o.blocking = static_cast<int>(toInt("-z", v, 0, 1)); }},
       {'a', "average", "0-3", "time reported: 0 rank 0, 1 mean, 2 min, 3 max over ranks; default 1",
        [&o](const std::string& v) { o.average = static_cast<int>(toInt("-a", v, 0, 3)); }},
       {'J', "output_file", "FILE", "also write every result as JSON to FILE",

@@ -98,6 +98,7 @@ void RankRunner::init() {
     dev_->setDevice(cfg.device);
     stream_ = dev_->streamCreate();
   }
+  if (!streams_ && opt_.blocking) stream_ = XCCL_STREAM_CALLER;
   call(xcclCommInitRankConfig(&comm_, s_.nranks, id, s_.rank, &cfg), "xcclCommInitRankConfig");
   announce(cfg.device);
 }
@@ -217,7 +218,7 @@ int RankRunner::run() {
     comm_ = nullptr;
     bufs_[0].reset();
     bufs_[1].reset();
-    if (stream_ != nullptr) dev_->streamDestroy(stream_);
+    if (streams_ && stream_ != nullptr) dev_->streamDestroy(stream_);
     oob_.close(true);
     return code;
   } catch (const std::exception& e) {
@@ -226,7 +227,7 @@ int RankRunner::run() {
     oob_.close(false);  // tells every other rank to stop
     if (comm_) xcclCommAbort(comm_);
     comm_ = nullptr;
-    if (stream_ != nullptr) dev_->streamDestroy(stream_);
+    if (streams_ && stream_ != nullptr) dev_->streamDestroy(stream_);
     return kExitFailure;
   }
 }

@@ -21,6 +21,19 @@
 // "direct" (latency-optimal, small messages): one step. Every rank sends its whole sendbuf
 // to every other rank and receives the n-1 others into a temporary (slot i = rank i), then
 // folds in rank order: recvbuf = ((in0 op in1) op in2) ... - identical on every rank.
+//
+// "recdoubling" (small messages on many ranks): log2(n) rounds of one exchange each, so the
+// latency grows with log n where direct's grows with n (every rank sends n-1 messages).
+// With p the largest power of two <= n and e = n - p extra ranks:
+//
+//   fold:    ranks 0..2e-1 pair up; even rank 2i sends its input to 2i+1 and waits
+//   rounds:  the p remaining ranks (index q: 2i+1 -> i, r >= 2e -> r-e), mask = 1, 2, ..:
+//            exchange partials with index q^mask, partial = partial op theirs
+//   unfold:  rank 2i+1 sends the result to rank 2i
+//
+// Partners combine the same two partials, and op is commutative for every type (IEEE + and
+// * included), so every rank ends with the same bits. The partials alternate between two
+// scratch halves: a round reads one and writes the other, never the buffer it sends.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -254,6 +267,123 @@ bool directSupports(const CollArgs& args, const Exchange& ex) {
   return directTempFits(ex, args.count * dtypeSize(args.dtype), ex.nranks());
 }
 
+// The rank of recursive-doubling index q (see the file comment).
+int recDoublingRank(int q, int extras) { return q < extras ? 2 * q + 1 : q + extras; }
+
+void recDoublingRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int extras = n - p;
+  if (me < 2 * extras && me % 2 == 0) {  // folded into me+1, which hands back the result
+    ex.send(me + 1, args.sendbuf, bytes);
+    ex.recv(me + 1, args.recvbuf, bytes);
+    ex.wait();
+    return;
+  }
+  DeviceBuffer scratch(ex, 2 * bytes);
+  char* halves[2] = {scratch.get(), scratch.get() + bytes};
+  int next = 0;  // the half the next round writes
+  const void* partial = args.sendbuf;
+  if (me < 2 * extras) {
+    ex.recvReduce(me - 1, halves[next], partial, args.count, args.dtype, args.op);
+    ex.wait();
+    partial = halves[next];
+    next ^= 1;
+  }
+  const int q = me < 2 * extras ? me / 2 : me - extras;
+  for (int mask = 1; mask < p; mask *= 2) {
+    const int peer = recDoublingRank(q ^ mask, extras);
+    // The last round writes recvbuf itself unless that is the buffer it sends.
+    void* dst = mask * 2 == p && partial != args.recvbuf ? args.recvbuf : halves[next];
+    ex.send(peer, partial, bytes);
+    ex.recvReduce(peer, dst, partial, args.count, args.dtype, args.op);
+    ex.wait();
+    partial = dst;
+    next ^= 1;
+  }
+  if (partial != args.recvbuf) {
+    ex.device().copy(args.recvbuf, partial, bytes, CopyKind::kDeviceToDevice);
+  }
+  if (me < 2 * extras) {
+    ex.send(me - 1, args.recvbuf, bytes);
+    ex.wait();
+  }
+}
+
+// Rabenseifner: the fold and unfold of recdoubling around a reduce-scatter by recursive
+// halving and an allgather by recursive doubling over the p remaining ranks, the buffer cut
+// into p blocks (block q ends at index q). 2 log2 p rounds moving 2(p-1)/p of the buffer,
+// where the ring takes 2(n-1) rounds for the same bytes.
+//
+//   halving,  mask = p/2 .. 1:  keep the half of my range on my side of mask, send the other
+//                               half to q^mask, fold its copy of my half into recvbuf
+//   doubling, mask = 1 .. p/2:  send my range (mask blocks), receive q^mask's beside it
+//
+// Every message's regions are disjoint from what the same round writes, so recvbuf is the
+// only buffer (the fold's partial excepted); each block is reduced along one fixed tree and
+// then copied, so every rank ends with the same bits.
+void rabenseifnerRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const size_t esize = dtypeSize(args.dtype), bytes = args.count * esize;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int extras = n - p;
+  if (me < 2 * extras && me % 2 == 0) {
+    ex.send(me + 1, args.sendbuf, bytes);
+    ex.recv(me + 1, args.recvbuf, bytes);
+    ex.wait();
+    return;
+  }
+  DeviceBuffer folded(ex, me < 2 * extras ? bytes : 0);
+  const char* src = static_cast<const char*>(args.sendbuf);
+  if (me < 2 * extras) {
+    ex.recvReduce(me - 1, folded.get(), src, args.count, args.dtype, args.op);
+    ex.wait();
+    src = folded.get();
+  }
+  char* out = static_cast<char*>(args.recvbuf);
+  const int q = me < 2 * extras ? me / 2 : me - extras;
+  const Blocks blocks{args.count, p};
+  // Elements of blocks [lo, lo + len).
+  auto first = [&](int lo) { return blocks.first(lo); };
+  auto elems = [&](int lo, int len) { return blocks.first(lo + len) - blocks.first(lo); };
+  int lo = 0, len = p;
+  for (int mask = p / 2; mask >= 1; mask /= 2) {
+    const int peer = recDoublingRank(q ^ mask, extras);
+    len /= 2;
+    const int keep = (q & mask) ? lo + len : lo, give = (q & mask) ? lo : lo + len;
+    if (elems(give, len) > 0) ex.send(peer, src + first(give) * esize, elems(give, len) * esize);
+    if (elems(keep, len) > 0) {
+      ex.recvReduce(peer, out + first(keep) * esize, src + first(keep) * esize, elems(keep, len),
+                    args.dtype, args.op);
+    }
+    ex.wait();
+    lo = keep;
+    src = out;  // from now on the partials are in recvbuf
+  }
+  if (p == 1 && src != out) ex.device().copy(out, src, bytes, CopyKind::kDeviceToDevice);
+  for (int mask = 1; mask < p; mask *= 2) {
+    const int peer = recDoublingRank(q ^ mask, extras);
+    const int theirs = lo ^ mask;  // my range is mask blocks at lo; theirs is beside it
+    if (elems(lo, mask) > 0) ex.send(peer, out + first(lo) * esize, elems(lo, mask) * esize);
+    if (elems(theirs, mask) > 0) {
+      ex.recv(peer, out + first(theirs) * esize, elems(theirs, mask) * esize);
+    }
+    ex.wait();
+    lo = std::min(lo, theirs);
+  }
+  if (me < 2 * extras) {
+    ex.send(me - 1, out, bytes);
+    ex.wait();
+  }
+}
+
+bool recDoublingSupports(const CollArgs& args, const Exchange& ex) {
+  return directTempFits(ex, args.count * dtypeSize(args.dtype), 2);
+}
+
 }  // namespace
 
 std::vector<Algorithm> allreduceAlgorithms() {
@@ -263,7 +393,9 @@ std::vector<Algorithm> allreduceAlgorithms() {
   return {{"ring", CollType::kAllReduce, ringSupports, ringRun, /*hearsRingPrev=*/true},
           {"hierarchical", CollType::kAllReduce, hierarchicalSupports, hierarchicalRun},
           {"twolevel", CollType::kAllReduce, twolevelSupports, twolevelRun},
-          {"direct", CollType::kAllReduce, directSupports, directRun, /*hearsRingPrev=*/true}};
+          {"direct", CollType::kAllReduce, directSupports, directRun, /*hearsRingPrev=*/true},
+          {"recdoubling", CollType::kAllReduce, recDoublingSupports, recDoublingRun},
+          {"rabenseifner", CollType::kAllReduce, ringSupports, rabenseifnerRun}};
 }
 
 }  // namespace algo

@@ -15,6 +15,7 @@
 // "direct" (small messages): one step, every rank sends its sendbuf to the root, which
 // receives them into a temporary and folds them in rank order into recvbuf.
 #include <algorithm>
+#include <vector>
 
 #include "schedule.h"
 
@@ -73,7 +74,42 @@ void directRun(Exchange& ex, const CollArgs& args) {
   in.fold(args.recvbuf, args.count, args.dtype, args.op);
 }
 
+// Binomial tree towards the root (v = my distance from the root in rank order): v folds in
+// its children v + 1, v + 2, v + 4, ... (powers of two below lowbit(v); the root: below n)
+// one after the other, then sends the partial to v - lowbit(v). The fold order is fixed by
+// n and the root, so repeated calls give the same bits. Partials alternate between two
+// scratch halves (a fold reads one and writes the other); the root's last fold writes
+// recvbuf.
+void treeRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks();
+  const int v = mod(ex.rank() - args.root, n);
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  auto rankOf = [&](int w) { return (w + args.root) % n; };
+  int low = 1;  // lowbit(v), or the first power of two >= n for the root
+  while (low < n && !(v & low)) low *= 2;
+  std::vector<int> children;
+  for (int m = 1; m < low && v + m < n; m *= 2) children.push_back(v + m);
+  DeviceBuffer scratch(ex, children.empty() ? 0 : 2 * bytes);
+  const void* partial = args.sendbuf;
+  for (size_t i = 0; i < children.size(); ++i) {
+    void* dst = v == 0 && i + 1 == children.size() ? args.recvbuf : scratch.get() + (i % 2) * bytes;
+    ex.recvReduce(rankOf(children[i]), dst, partial, args.count, args.dtype, args.op);
+    ex.wait();
+    partial = dst;
+  }
+  if (v != 0) {
+    ex.send(rankOf(v - low), partial, bytes);
+    ex.wait();
+  } else if (partial != args.recvbuf) {  // a root without children (n == 1)
+    ex.device().copy(args.recvbuf, partial, bytes, CopyKind::kDeviceToDevice);
+  }
+}
+
 bool chainSupports(const CollArgs&, const Exchange&) { return true; }
+
+bool treeSupports(const CollArgs& args, const Exchange& ex) {
+  return directTempFits(ex, args.count * dtypeSize(args.dtype), 2);
+}
 
 // Declines when the root's temporary (one buffer per rank) would be too large.
 bool directSupports(const CollArgs& args, const Exchange& ex) {
@@ -84,7 +120,8 @@ bool directSupports(const CollArgs& args, const Exchange& ex) {
 
 std::vector<Algorithm> reduceAlgorithms() {
   return {{"chain", CollType::kReduce, chainSupports, chainRun},
-          {"direct", CollType::kReduce, directSupports, directRun}};
+          {"direct", CollType::kReduce, directSupports, directRun},
+          {"tree", CollType::kReduce, treeSupports, treeRun}};
 }
 
 }  // namespace algo

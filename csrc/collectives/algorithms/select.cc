@@ -40,6 +40,13 @@ XCCL_PARAM(ReduceDirectMax, "REDUCE_DIRECT_MAX", 64 << 10, 0, kKnobMax)
 XCCL_PARAM(AllgatherDirectMax, "ALLGATHER_DIRECT_MAX", 64 << 10, 0, kKnobMax)
 XCCL_PARAM(ReducescatterDirectMax, "REDUCESCATTER_DIRECT_MAX", 256 << 10, 0, kKnobMax)
 XCCL_PARAM(TwolevelMinHosts, "TWOLEVEL_MIN_HOSTS", 3, 1, kKnobMax)
+// From this many ranks on, small allreduces (up to ALLREDUCE_DIRECT_MAX) prefer
+// "recdoubling" (log2 n rounds) to "direct" (n-1 messages per rank; BENCHMARKS.md section 14).
+XCCL_PARAM(RecdoublingMinRanks, "RECDOUBLING_MIN_RANKS", 8, 2, kKnobMax)
+// From this many ranks on, allreduces above ALLREDUCE_DIRECT_MAX and up to RABENSEIFNER_MAX
+// prefer "rabenseifner" (2 log2 n rounds) to the ring (2(n-1) rounds).
+XCCL_PARAM(RabenseifnerMinRanks, "RABENSEIFNER_MIN_RANKS", 32, 2, kKnobMax)
+XCCL_PARAM(RabenseifnerMax, "RABENSEIFNER_MAX", 4 << 20, 0, kKnobMax)
 // From this size on, allreduce across hosts prefers "hierarchical" (its three phases wait
 // for each other: below ~2 MiB on a fast link the flat ring's single pipeline wins;
 // BENCHMARKS.md section 10).
@@ -71,10 +78,15 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
       const auto& hosts = ex.hosts();
       const bool multiHost = hosts.size() > 1;
       if (bytes <= static_cast<size_t>(t.allreduceDirectMax)) {
+        if (ex.nranks() >= t.recdoublingMinRanks) return {"recdoubling", "direct", "ring"};
         if (multiHost && static_cast<int64_t>(hosts.size()) >= t.twolevelMinHosts) {
           return {"twolevel", "direct", "ring"};
         }
         return {"direct", "ring"};
+      }
+      if (ex.nranks() >= t.rabenseifnerMinRanks &&
+          bytes <= static_cast<size_t>(t.rabenseifnerMax)) {
+        return {"rabenseifner", "ring"};
       }
       if (multiHost && bytes >= static_cast<size_t>(t.hierarchicalMin)) {
         return {"hierarchical", "ring"};
@@ -133,6 +145,9 @@ Tuning readTuning() {
   t.allgatherDirectMax = xcclParamAllgatherDirectMax();
   t.reducescatterDirectMax = xcclParamReducescatterDirectMax();
   t.twolevelMinHosts = xcclParamTwolevelMinHosts();
+  t.recdoublingMinRanks = xcclParamRecdoublingMinRanks();
+  t.rabenseifnerMinRanks = xcclParamRabenseifnerMinRanks();
+  t.rabenseifnerMax = xcclParamRabenseifnerMax();
   t.hierarchicalMin = xcclParamHierarchicalMin();
   t.directTempMax = xcclParamDirectTempMax();
   t.ringSlice = algo::pieceBytesKnob(xcclParamRingSlice());
