@@ -40,6 +40,10 @@ class Deadline {
 // transfers. reset() after progress was made.
 class Backoff {
  public:
+  Backoff() = default;
+  // yieldAtOnce: skip the spin and yield from the first idle poll (ranks outnumber the
+  // cores: a spinning rank holds the core its peer needs; Open MPI's yield_when_idle).
+  explicit Backoff(bool yieldAtOnce) : spinPolls_(yieldAtOnce ? 0 : 64) {}
   void idle();
   void reset() {
     n_ = 0;
@@ -50,6 +54,7 @@ class Backoff {
 
  private:
   uint64_t n_ = 0;
+  uint64_t spinPolls_ = 64;
   bool napping_ = false;
   Clock::time_point idleSince_{};
 };

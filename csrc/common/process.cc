@@ -1,5 +1,6 @@
 #include "process.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 
@@ -14,8 +15,8 @@ namespace {
 
 // The fields of /proc/<pid>/stat after the command name (which may contain spaces and
 // parentheses), starting with the state (field 3); "" when the process is gone.
-std::string statAfterName(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+std::string statAfterName(int pid, const std::string& file = "stat") {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/" + file);
   std::string stat;
   if (!std::getline(f, stat)) return "";
   size_t paren = stat.rfind(')');
@@ -29,6 +30,22 @@ char processState(int pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return 'X';
   std::string rest = statAfterName(pid);
   return rest.empty() ? 'X' : rest[0];
+}
+
+bool processHasRunnableThread(int pid) {
+  DIR* dir = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (dir == nullptr) return false;
+  bool runnable = false;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::string rest = statAfterName(pid, std::string("task/") + e->d_name + "/stat");
+    if (!rest.empty() && rest[0] == 'R') {
+      runnable = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return runnable;
 }
 
 bool processDead(int pid) {

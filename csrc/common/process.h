@@ -10,6 +10,9 @@ namespace xccl {
 // The state letter of process `pid` in /proc/<pid>/stat (R, S, D, T stopped, t traced, Z
 // zombie, X dead), or 'X' when it is gone.
 char processState(int pid);
+// True when some thread of process `pid` is running or waiting for a core (state R in
+// /proc/<pid>/task/*/stat): the process is alive and merely not scheduled yet.
+bool processHasRunnableThread(int pid);
 // True when process `pid` is gone or a zombie (killed, not yet reaped).
 bool processDead(int pid);
 // Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot; -1 when

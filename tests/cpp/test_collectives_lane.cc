@@ -11,6 +11,7 @@
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/device/device.h"
 #include "collectives/transport/transport.h"
+#include "connect_util.h"
 #include "test_collectives_common.h"
 
 namespace xccl_coll_test {
@@ -27,7 +28,7 @@ bool laneOf(const char* mode) {
       [&](int rank) {
         std::atomic<bool> abortFlag{false};
         xccl::PeerSetup s =
-            xccl::connectPeers(*store, rank, 2, "lane-secret", xccl::getDevice("host", 0),
+            xccl_test::connectEveryPeer(*store, rank, 2, "lane-secret", xccl::getDevice("host", 0),
                                xccl::Deadline::after(20000), abortFlag);
         xccl::Connection* c = s.connections[1 - rank].get();
         ASSERT_NE(c, nullptr);

@@ -92,7 +92,8 @@ TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
                     "10.1.2.3:5555",
                     5,
                     "host a\ndevices 8\n",
-                    "10.1.2.3:6000 00ff"};
+                    "10.1.2.3:6000 00ff",
+                    "4242 9 1048576 8;4242 10"};
   std::string wire = xccl::serializePeerInfo(in, xccl::kPeerFlagNoShm);
   uint32_t flags = 0;
   xccl::PeerInfo out = xccl::parsePeerInfo(wire, &flags);
@@ -105,6 +106,7 @@ TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
   EXPECT_EQ(out.device, 5);
   EXPECT_EQ(out.topology, in.topology);
   EXPECT_EQ(out.service, in.service);
+  EXPECT_EQ(out.shm, in.shm);
   EXPECT_EQ(flags, xccl::kPeerFlagNoShm);
   for (size_t n = 0; n < wire.size(); ++n) {
     EXPECT_THROW(xccl::parsePeerInfo(wire.substr(0, n)), xccl::RemoteError) << "length " << n;

@@ -24,6 +24,7 @@
 #include "collectives/transport/tcp/socket.h"
 #include "common/auth.h"
 #include "common/error.h"
+#include "connect_util.h"
 #include "test_util.h"
 
 namespace {
@@ -31,14 +32,18 @@ namespace {
 using xccl::Deadline;
 using xccl::PeerSetup;
 
-enum class Mode { kShm, kTcp, kMixed };
-const char* modeName(Mode m) { return m == Mode::kShm ? "Shm" : m == Mode::kTcp ? "Tcp" : "Mixed"; }
+// kShm: the pairs of one host connect on first use (the default); kShmEager: every ring at
+// creation (XCCL_RUNTIME_CONNECT=0).
+enum class Mode { kShm, kTcp, kMixed, kShmEager };
+const char* modeName(Mode m) {
+  return m == Mode::kShm ? "Shm" : m == Mode::kTcp ? "Tcp" : m == Mode::kMixed ? "Mixed" : "ShmEager";
+}
 
 // Fake hosts for Mode::kMixed: even ranks on host A, odd ranks on host B.
 const char* fakeHost(int rank) { return rank % 2 ? "fake-host-b" : "fake-host-a"; }
 
 const char* expectedKind(Mode m, int a, int b) {
-  if (m == Mode::kShm) return "SHM";
+  if (m == Mode::kShm || m == Mode::kShmEager) return "SHM";
   if (m == Mode::kTcp) return "TCP";
   return a % 2 == b % 2 ? "SHM" : "TCP";
 }
@@ -132,9 +137,14 @@ void checkSetup(const PeerSetup& s, Mode mode, int rank, int nranks) {
 void rankBody(xccl::Store& store, Mode mode, int rank, int nranks, const std::string& secret) {
   std::atomic<bool> abortFlag{false};
   xccl::Device& dev = xccl::getDevice(-1);
-  PeerSetup s =
-      xccl::connectPeers(store, rank, nranks, secret, dev, Deadline::after(30000), abortFlag);
+  PeerSetup s = xccl_test::connectEveryPeer(store, rank, nranks, secret, dev,
+                                            Deadline::after(30000), abortFlag);
   checkSetup(s, mode, rank, nranks);
+  for (int p = 0; p < nranks; ++p) {  // which pairs were left for first use
+    const bool onFirstUse = p != rank && std::string(expectedKind(mode, rank, p)) == "SHM" &&
+                            mode != Mode::kShmEager;
+    EXPECT_EQ(s.onFirstUse[p] != 0, onFirstUse) << "rank " << rank << " -> " << p;
+  }
   Streams st(nranks);
   for (uint64_t bytes : {uint64_t(0), uint64_t(1), uint64_t(1237), uint64_t((4u << 20) + 48)}) {
     moveBytes(s, rank, nranks, bytes, st);
@@ -147,6 +157,7 @@ class ConnectTest : public testing::TestWithParam<std::tuple<Mode, int>> {};
 TEST_P(ConnectTest, Threads) {
   auto [mode, nranks] = GetParam();
   xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", mode == Mode::kTcp ? "1" : nullptr);
+  xccl_test::ScopedEnv eager("XCCL_RUNTIME_CONNECT", mode == Mode::kShmEager ? "0" : nullptr);
   auto store = xccl::makeMemoryStore();
   std::string secret = xccl::randomSecret();
   xccl_test::runThreads(
@@ -162,6 +173,7 @@ TEST_P(ConnectTest, Threads) {
 TEST_P(ConnectTest, Processes) {
   auto [mode, nranks] = GetParam();
   xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", mode == Mode::kTcp ? "1" : nullptr);
+  xccl_test::ScopedEnv eager("XCCL_RUNTIME_CONNECT", mode == Mode::kShmEager ? "0" : nullptr);
   xcclUniqueId id;
   xccl::createUniqueId(&id);
   xccl_test::runProcesses(
@@ -175,7 +187,8 @@ TEST_P(ConnectTest, Processes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ConnectTest,
-                         testing::Combine(testing::Values(Mode::kShm, Mode::kTcp, Mode::kMixed),
+                         testing::Combine(testing::Values(Mode::kShm, Mode::kTcp, Mode::kMixed,
+                                                          Mode::kShmEager),
                                           testing::Values(2, 3, 4)),
                          [](const testing::TestParamInfo<ConnectTest::ParamType>& info) {
                            return std::string(modeName(std::get<0>(info.param))) + "_" +
@@ -270,7 +283,7 @@ TEST(Connect, ShmSecretMismatchIsRefused) {
       2,
       [&](int rank) {
         try {
-          xccl::connectPeers(*store, rank, 2, rank == 0 ? "secret-a" : "secret-b",
+          xccl_test::connectEveryPeer(*store, rank, 2, rank == 0 ? "secret-a" : "secret-b",
                              xccl::getDevice(-1), Deadline::after(10000), abortFlag);
         } catch (const xccl::Error& e) {
           errors[rank] = e.what();
@@ -505,7 +518,7 @@ TEST_P(LivenessTest, PeerCloseIsSeenAfterItsLastBytes) {
   xccl_test::runThreads(
       2,
       [&](int rank) {
-        PeerSetup s = xccl::connectPeers(*store, rank, 2, "sec", xccl::getDevice(-1),
+        PeerSetup s = xccl_test::connectEveryPeer(*store, rank, 2, "sec", xccl::getDevice(-1),
                                          Deadline::after(10000), abortFlag);
         xccl::Connection& c = *s.connections[1 - rank];
         if (rank == 0) {
@@ -549,7 +562,7 @@ TEST_P(LivenessTest, KilledProcessIsSeenQuickly) {
       [&](int rank) {
         auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
         std::atomic<bool> abortFlag{false};
-        PeerSetup s = xccl::connectPeers(*store, rank, 2, xccl::uniqueIdSecret(id),
+        PeerSetup s = xccl_test::connectEveryPeer(*store, rank, 2, xccl::uniqueIdSecret(id),
                                          xccl::getDevice(-1), Deadline::after(10000), abortFlag);
         if (rank == 1) {
           store->get("peer/done/0", Deadline::after(10000));  // rank 0 has mapped our ring
@@ -600,7 +613,7 @@ TEST(Connect, LeavesNothingInDevShm) {
       [&](int rank) {
         auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
         std::atomic<bool> abortFlag{false};
-        PeerSetup s = xccl::connectPeers(*store, rank, 2, xccl::uniqueIdSecret(id),
+        PeerSetup s = xccl_test::connectEveryPeer(*store, rank, 2, xccl::uniqueIdSecret(id),
                                          xccl::getDevice(-1), Deadline::after(10000), abortFlag);
         EXPECT_STREQ(s.connections[1 - rank]->kind(), "SHM");
         if (rank == 1) {

@@ -25,7 +25,8 @@ std::vector<std::string> xcclFuzzSeeds() {
                    "10.0.0.1:5555",
                    1,
                    "system xdev\nhost node-a\ndevices 2\nlink 0 1 XL 100\n",
-                   "10.0.0.1:6000 0123456789abcdef"};
+                   "10.0.0.1:6000 0123456789abcdef",
+                   "4242 7 1048576 4;4242 8"};
   xccl::PeerInfo b{0, 1, "", "", "", "", -1, ""};
   return {xccl::serializePeerInfo(a, 1), xccl::serializePeerInfo(b, 0)};
 }

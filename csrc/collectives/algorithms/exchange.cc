@@ -38,7 +38,8 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
       recvs_(nranks),
       p2pSent_(nranks, 0),
       p2pRecvd_(nranks, 0),
-      mayHoldBytes_(nranks, 0) {
+      mayHoldBytes_(nranks, 0),
+      isActive_(nranks, 0) {
   XCCL_CHECK(static_cast<int>(ring_.size()) == nranks, "ring has ", ring_.size(), " ranks, not ",
              nranks);
   for (int i = 0; i < nranks; ++i) ringPos_[ring_[i]] = i;
@@ -139,8 +140,20 @@ static void checkPeerArg(int peer, int rank, int nranks, const char* what) {
              " out of range for rank ", rank, " of ", nranks);
 }
 
+void Exchange::connectTo(int peer) {
+  XCCL_CHECK(connector_, "rank ", rank_, ": no connection with rank ", peer);
+  try {
+    conns_[peer] = connector_(peer);
+  } catch (const std::exception& e) {
+    abandon(e.what());  // what this operation posted before it cannot be completed
+    throw;
+  }
+  XCCL_CHECK(conns_[peer] != nullptr, "rank ", rank_, ": no connection with rank ", peer);
+}
+
 void Exchange::send(int peer, const void* src, size_t bytes) {
   checkPeerArg(peer, rank_, nranks_, "send");
+  if (conns_[peer] == nullptr) connectTo(peer);
   MsgRef m = newMsg();
   m->kind = MsgKind::kSend;
   m->peer = peer;
@@ -153,11 +166,13 @@ void Exchange::send(int peer, const void* src, size_t bytes) {
   m->opLeft = opCounter_;
   if (opCounter_ != nullptr) ++*opCounter_;
   sends_[peer].push_back(std::move(m));
+  activate(peer);
   ++pending_;
 }
 
 MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
   checkPeerArg(peer, rank_, nranks_, "recv");
+  if (conns_[peer] == nullptr) connectTo(peer);
   MsgRef m = newMsg();
   m->kind = MsgKind::kRecv;
   m->peer = peer;
@@ -170,6 +185,7 @@ MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
   m->opLeft = opCounter_;
   if (opCounter_ != nullptr) ++*opCounter_;
   recvs_[peer].push_back(m);
+  activate(peer);
   ++pending_;
   return m;
 }
@@ -177,6 +193,7 @@ MsgRef Exchange::recv(int peer, void* dst, size_t bytes) {
 MsgRef Exchange::recvReduce(int peer, void* dst, const void* local, size_t count,
                             xcclDataType_t dtype, xcclRedOp_t op) {
   checkPeerArg(peer, rank_, nranks_, "recvReduce");
+  if (conns_[peer] == nullptr) connectTo(peer);
   MsgRef m = newMsg();
   m->kind = MsgKind::kRecvReduce;
   m->peer = peer;
@@ -194,6 +211,7 @@ MsgRef Exchange::recvReduce(int peer, void* dst, const void* local, size_t count
   m->opLeft = opCounter_;
   if (opCounter_ != nullptr) ++*opCounter_;
   recvs_[peer].push_back(m);
+  activate(peer);
   ++pending_;
   return m;
 }
@@ -207,6 +225,9 @@ void Exchange::sendForward(int peer, const MsgRef& source) {
 
 void Exchange::recvAny(void* dst, size_t bytes, int* peerOut) {
   XCCL_CHECK(!recvAny_, "only one recvAny may be posted at a time");
+  for (int p = 0; p < nranks_; ++p) {  // any peer may be the one: reach them all
+    if (p != rank_ && conns_[p] == nullptr) connectTo(p);
+  }
   MsgRef m = newMsg();
   m->kind = MsgKind::kRecv;
   m->peer = -1;

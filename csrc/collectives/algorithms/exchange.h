@@ -117,7 +117,8 @@ struct Tuning {
   std::vector<std::string> forced;  // by CollType: the algorithm XCCL_ALGO forces, or ""
   int64_t allreduceDirectMax = 0, broadcastDirectMax = 0, reduceDirectMax = 0,
           allgatherDirectMax = 0, reducescatterDirectMax = 0, twolevelMinHosts = 0,
-          hierarchicalMin = 0, directTempMax = 0;
+          hierarchicalMin = 0, directTempMax = 0, recdoublingMinRanks = 0,
+          rabenseifnerMinRanks = 0, rabenseifnerMax = 0;
   size_t ringSlice = 0, chainChunk = 0;  // bytes per message; SIZE_MAX: uncut
 };
 // Reads and checks every knob of the table (InvalidUsage for a bad XCCL_ALGO).
@@ -146,6 +147,10 @@ class Exchange {
   // Hierarchical schedules run along a host's ranks and across the hosts.
   void setHosts(std::vector<std::vector<int>> hosts);
   const std::vector<std::vector<int>>& hosts() const { return hosts_; }
+  // Ranks outnumber this host's cores: a waiting engine yields its core from the first idle
+  // poll instead of spinning (set by the communicator, XCCL_YIELD_WHEN_IDLE).
+  void setYieldWhenIdle(bool on) { yieldWhenIdle_ = on; }
+  bool yieldWhenIdle() const { return yieldWhenIdle_; }
   int hostOf(int rank) const { return hostOf_[rank]; }
   const Tuning& tuning() const { return tuning_; }
 
@@ -209,6 +214,10 @@ class Exchange {
   void wait(const std::function<bool()>& more = {});
   // This rank's doorbell (null: none; the engine then never sleeps on one).
   void setDoorbell(shm::Doorbell* bell) { bell_ = bell; }
+  // Makes the connection with a peer whose slot in `conns` was null, when a message to or
+  // from it is first posted (connected on first use; transport/connect.cc). Without one, a
+  // null slot is an error.
+  void setConnector(std::function<Connection*(int)> connector) { connector_ = std::move(connector); }
 
  private:
   MsgRef newMsg();
@@ -238,6 +247,9 @@ class Exchange {
   int rank_, nranks_;
   Device& device_;
   std::vector<Connection*> conns_;
+  std::function<Connection*(int)> connector_;
+  void connectTo(int peer);
+  void abandon(const std::string& why);  // after a failure: abort frames, then nothing posted
   std::vector<int> ring_, ringPos_;
   std::vector<std::vector<int>> hosts_;
   std::vector<int> hostOf_;
@@ -256,6 +268,40 @@ class Exchange {
   // Peers whose connection may still hold bytes we committed (set when a send completes,
   // cleared once sendPending() says no), so idle connections are not polled.
   std::vector<char> mayHoldBytes_;
+  // The peers with something posted or maybe held (an unordered list, and a flag per rank):
+  // a pass of the engine visits these, not every rank, so its cost follows the schedule's
+  // degree (log n for a tree) rather than the communicator's size. A posted recv-any makes
+  // every peer a candidate; then passes visit all.
+  std::vector<int> active_;
+  std::vector<char> isActive_;
+  void activate(int peer) {
+    if (!isActive_[peer]) {
+      isActive_[peer] = 1;
+      active_.push_back(peer);
+    }
+  }
+  // Calls fn(peer) for every peer a pass must visit (all but self while a recv-any is
+  // posted), then drops from the list the peers left with nothing posted and nothing held.
+  template <class Fn>
+  void forEachActive(Fn&& fn) {
+    if (recvAny_) {
+      for (int p = 0; p < nranks_; ++p) {
+        if (p != rank_) fn(p);
+      }
+    } else {
+      for (size_t i = 0; i < active_.size(); ++i) fn(active_[i]);
+    }
+    for (size_t i = 0; i < active_.size();) {
+      const int p = active_[i];
+      if (posted(p) || mayHoldBytes_[p]) {
+        ++i;
+        continue;
+      }
+      isActive_[p] = 0;
+      active_[i] = active_.back();
+      active_.pop_back();
+    }
+  }
   size_t pending_ = 0;
   int* opCounter_ = nullptr;  // countMessagesIn
   size_t sliceBytes_;
@@ -268,6 +314,7 @@ class Exchange {
   std::vector<uint64_t> peerReadsPosted_;  // per peer: peer-read messages sent so far
   std::vector<char> peerReadLogged_;       // per peer: its first peer read was logged
   int64_t spinMaxUs_, spinUs_;             // the adaptive spin before sleeping (wait())
+  bool yieldWhenIdle_ = false;
 };
 
 }  // namespace xccl

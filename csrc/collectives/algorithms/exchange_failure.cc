@@ -95,22 +95,22 @@ void Exchange::sendAbortFrames(const std::string& why) {
 // from us and sent every byte we need from it. A dead peer we are not waiting on is noticed
 // by whoever waits on it, whose failure closes its connections and so reaches us.
 void Exchange::checkPeers() {
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || !conns_[p]) continue;
+  forEachActive([&](int p) {
+    if (!conns_[p]) return;
     if (!posted(p)) {
       // Bytes parked for it (TCP: still in our user-space ring) keep the wait busy too: a
       // peer that went silent will never take them.
-      if (!mayHoldBytes_[p]) continue;
+      if (!mayHoldBytes_[p]) return;
       const std::string why = conns_[p]->silence();
       if (!why.empty()) failPeerGone(p, why, /*silent=*/true);
-      continue;
+      return;
     }
     std::string why = conns_[p]->peerGone();
     if (why.empty()) {
       // Silent (heartbeats, core/heartbeat.h) but not gone: nothing more will come from it.
       why = conns_[p]->silence();
       if (!why.empty()) failPeerGone(p, why, /*silent=*/true);
-      continue;
+      return;
     }
     // Drain: the transport moves what is left (TCP reads to EOF), the engine consumes it.
     bool moved = true;
@@ -129,7 +129,7 @@ void Exchange::checkPeers() {
       }
     }
     if (posted(p)) failPeerGone(p, why);
-  }
+  });
 }
 
 // Before blaming another rank's failure: when the ring predecessor's check frame is already

@@ -219,6 +219,7 @@ bool Exchange::progressRecvAny() {
     recvAny_->seq = p2pRecvd_[peer]++;
     if (recvAny_->anyPeerOut) *recvAny_->anyPeerOut = peer;
     recvs_[peer].push_back(std::move(recvAny_));
+    activate(peer);
     return true;  // pending_ unchanged: the message moved queues
   }
   return false;

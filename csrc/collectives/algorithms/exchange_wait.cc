@@ -17,38 +17,38 @@ bool Exchange::posted(int peer) const {
 bool Exchange::progressAll(bool* busy) {
   bool progressed = progressRecvAny();
   *busy = pending_ > 0;
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_) continue;
+  forEachActive([&](int p) {
     Connection* c = conns_[p];
-    const bool posted = !sends_[p].empty() || !recvs_[p].empty() || (recvAny_ != nullptr);
-    if (!posted) {
-      if (!mayHoldBytes_[p]) continue;
+    if (!posted(p)) {
+      if (!mayHoldBytes_[p]) return;
       mayHoldBytes_[p] = c->sendPending();
-      if (!mayHoldBytes_[p]) continue;
+      if (!mayHoldBytes_[p]) return;
     }
     *busy = true;
     progressed |= c->progress();
     progressed |= progressSend(p);
     progressed |= progressRecv(p);
-  }
+  });
   return progressed;
 }
 
 bool Exchange::holdsBytes() {
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || !mayHoldBytes_[p]) continue;
+  bool holds = false;
+  forEachActive([&](int p) {
+    if (holds || !mayHoldBytes_[p]) return;
     mayHoldBytes_[p] = conns_[p]->sendPending();
-    if (mayHoldBytes_[p]) return true;
-  }
-  return false;
+    holds = mayHoldBytes_[p] != 0;
+  });
+  return holds;
 }
 
 bool Exchange::sleepOnDoorbell(int64_t timeoutUs) {
   if (bell_ == nullptr) return false;
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || !posted(p)) continue;
-    if (!conns_[p]->ringsDoorbell()) return false;  // a TCP peer would not wake us
-  }
+  bool allRing = true;
+  forEachActive([&](int p) {
+    if (posted(p) && !conns_[p]->ringsDoorbell()) allRing = false;  // a TCP peer would not wake us
+  });
+  if (!allRing) return false;
   const uint32_t seen = bell_->prepare();
   bool busy = false;
   if (progressAll(&busy) || !busy) {  // moved after all (or done): no sleep
@@ -60,7 +60,7 @@ bool Exchange::sleepOnDoorbell(int64_t timeoutUs) {
 }
 
 void Exchange::wait(const std::function<bool()>& more) {
-  Backoff backoff;
+  Backoff backoff(yieldWhenIdle_);
   auto lastCheck = Clock::now();
   const auto checkEvery = aliveCheck_;
   Clock::time_point idleSince{};
@@ -113,15 +113,19 @@ void Exchange::wait(const std::function<bool()>& more) {
       }
     }
   } catch (const std::exception& e) {
-    // Tell the peers why (best effort), then leave the engine empty: the communicator is
-    // failed and will not reuse this state.
-    sendAbortFrames(e.what());
-    for (auto& q : sends_) q.clear();
-    for (auto& q : recvs_) q.clear();
-    recvAny_.reset();
-    pending_ = 0;
+    abandon(e.what());
     throw;
   }
+}
+
+void Exchange::abandon(const std::string& why) {
+  // Tell the peers why (best effort), then leave the engine empty: the communicator is
+  // failed and will not reuse this state.
+  sendAbortFrames(why);
+  for (auto& q : sends_) q.clear();
+  for (auto& q : recvs_) q.clear();
+  recvAny_.reset();
+  pending_ = 0;
 }
 
 }  // namespace xccl

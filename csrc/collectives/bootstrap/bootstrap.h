@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/transport/shm/arena.h"
 #include "collectives/transport/shm/doorbell.h"
 #include "collectives/transport/transport.h"
 #include "common/clock.h"
@@ -82,6 +83,9 @@ struct PeerInfo {
   int device = -1;       // the device's ordinal on its host (-1: host memory, no device)
   std::string topology;  // this host as detected (topology/detect.h, topo_file.h text) or ""
   std::string service;   // the process's bootstrap service (processService())
+  // Shared memory reached on first use: "<arena>;<doorbell>" (shm/arena.h, shm/doorbell.h),
+  // "" when this rank makes its rings eagerly (XCCL_RUNTIME_CONNECT=0, payload lanes, no SHM).
+  std::string shm;
 };
 
 // The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id + network
@@ -91,19 +95,33 @@ std::string localHostId();
 std::string namespaceId(const char* kind);
 
 struct PeerSetup {
-  std::vector<PeerInfo> peers;                           // indexed by rank
-  std::vector<std::unique_ptr<Connection>> connections;  // indexed by rank; null for self
+  std::vector<PeerInfo> peers;  // indexed by rank
+  // This rank's rings towards the peers it reaches on first use (null without any); before
+  // the connections, which map its slots and so must go first.
+  std::unique_ptr<shm::Arena> arena;
   // This rank's doorbell, which its shared-memory peers ring (null without such peers).
   std::unique_ptr<shm::Doorbell> bell;
+  std::vector<std::unique_ptr<Connection>> connections;  // indexed by rank; null for self
+  // By rank: connected on first use (connectOnFirstUse), null in `connections` until then.
+  std::vector<char> onFirstUse;
 };
 
-// Exchanges PeerInfo through `store` (keys under "peer/<rank>") and connects to every
-// other rank. `secret` authenticates every connection; `abortFlag` set by another thread
-// stops the wait. Logs one "rank a -> b via SHM|TCP" line per connection (INFO, INIT).
+// Exchanges PeerInfo through `store` (keys under "peer/<rank>") and connects to the other
+// ranks: TCP peers and eagerly made shared-memory rings at once; with XCCL_RUNTIME_CONNECT=1
+// (the default) the pairs on one host whose ranks both publish an arena are left for
+// connectOnFirstUse. `secret` authenticates every connection; `abortFlag` set by another
+// thread stops the wait. Logs one "rank a -> b via SHM|TCP" line per peer (INFO, INIT).
 // `hostTopology` is published as PeerInfo::topology.
 PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
                        Device& device, const Deadline& deadline, const std::atomic<bool>& abortFlag,
                        const std::string& hostTopology = "");
+
+// The connection with `peer` (setup.onFirstUse[peer]): maps the peer's ring towards us from
+// its arena and pairs it with ours (shm/arena.h). One-sided: the peer need not be in an
+// operation. Throws as Arena::connect.
+std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer,
+                                              Device& device, const Deadline& deadline,
+                                              const std::atomic<bool>& abortFlag);
 
 // 32 random bytes, hex encoded, from the OS entropy source.
 std::string randomSecret();

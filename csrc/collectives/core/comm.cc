@@ -1,6 +1,9 @@
 #include "comm.h"
 #include "result.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -27,6 +30,21 @@ XCCL_PARAM(WaitSpin, "WAIT_SPIN", 0, 0, kKnobMax)
 // host identities alone.
 XCCL_PARAM_STR(TopoFile, "TOPO_FILE", "")
 XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1, 0, 1)
+// Waiting ranks give their core away from the first idle poll (Open MPI's
+// mpi_yield_when_idle): -1 when this communicator's ranks on this host outnumber the cores
+// this process may run on, 1 always, 0 never.
+XCCL_PARAM(YieldWhenIdle, "YIELD_WHEN_IDLE", -1, -1, 1)
+
+namespace {
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+}  // namespace
 
 int64_t timeoutMsOf(const xcclConfig_t* config) {
   return config != nullptr && config->timeout_ms > 0 ? config->timeout_ms : xcclParamTimeoutMs();
@@ -76,17 +94,36 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.plan.ring(), abort_);
   exchange_->setHosts(topo_.plan.hosts);
   exchange_->setDoorbell(peers_.bell.get());
-  heartbeat_ = std::make_unique<Heartbeat>(rank, conns);
+  const int local = static_cast<int>(std::count(hostIds.begin(), hostIds.end(), hostIds[rank]));
+  const int cores = usableCores();
+  const int64_t yieldKnob = xcclParamYieldWhenIdle();
+  yieldWhenIdle_ = yieldKnob < 0 ? local > cores : yieldKnob == 1;
+  exchange_->setYieldWhenIdle(yieldWhenIdle_);
+  if (yieldWhenIdle_ && rank == 0) {
+    XCCL_INFO(INIT, "comm ", name_, ": ", local, " rank(s) on this host, ", cores,
+              " core(s) for this process: waiting ranks yield their core at once",
+              yieldKnob < 0 ? " (XCCL_YIELD_WHEN_IDLE=1 forces it, 0 turns it off)" : "");
+  }
+  shm::Arena* arena = peers_.arena.get();
+  heartbeat_ = std::make_unique<Heartbeat>(
+      rank, conns, arena ? std::function<void()>([arena] { arena->beatAll(); }) : nullptr);
+  exchange_->setConnector([this](int peer) { return connectOnFirstUse(peer); });
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   // The start-up summary: one line per rank saying where it runs and how it reaches peers.
-  int shm = 0, tcp = 0;
-  for (const auto& c : peers_.connections) {
-    if (c) (std::string(c->kind()) == "SHM" ? shm : tcp)++;
+  int shm = 0, tcp = 0, later = 0;
+  for (int p = 0; p < nranks; ++p) {
+    const auto& c = peers_.connections[p];
+    if (peers_.onFirstUse[p]) {
+      ++later;
+    } else if (c) {
+      (std::string(c->kind()) == "SHM" ? shm : tcp)++;
+    }
   }
   XCCL_INFO(
       INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks, " ready on ",
       peers_.peers[rank].hostname, " device ", device_->busId(), " listening on ",
-      peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm, " peer(s) via SHM, ", tcp, " via TCP; ",
+      peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm, " peer(s) via SHM, ", tcp, " via TCP, ",
+      later, " via SHM on first use (XCCL_RUNTIME_CONNECT); ",
       topo_.plan.hosts.size(), " host(s), topology ", topo_.source, ", ring",
       [&] {
         std::string s;
@@ -155,7 +192,7 @@ xcclResult_t Comm::query(uint64_t id) const {
 
 xcclResult_t Comm::wait(uint64_t id, int64_t timeoutMs) {
   if (timeoutMs < 0) timeoutMs = timeoutMs_;
-  Backoff backoff;
+  Backoff backoff(yieldWhenIdle_);
   for (int64_t i = 0; i < waitSpin_; ++i) {
     xcclResult_t r = query(id);
     if (r != xcclInProgress) return r;
@@ -176,15 +213,34 @@ void Comm::abort() {
   workCv_.notify_all();
 }
 
+Connection* Comm::connectOnFirstUse(int peer) {
+  std::lock_guard<std::mutex> g(connMu_);
+  if (closed_) {
+    throw InvalidUsage(strCat("rank ", rank_, ": communicator closed; not connecting to rank ",
+                              peer));
+  }
+  auto& slot = peers_.connections[peer];
+  if (!slot) {
+    slot = xccl::connectOnFirstUse(peers_, rank_, peer, *device_, Deadline::after(timeoutMs_),
+                                   abort_);
+    heartbeat_->add(peer, slot.get());
+  }
+  return slot.get();
+}
+
 void Comm::revoke() {
   const std::string why = strCat("rank ", rank_, " revoked the communicator");
   // The note first: a peer that finds the connection closed reads why.
-  for (auto& c : peers_.connections) {
-    if (!c) continue;
-    try {
-      c->leaveNote(why);
-    } catch (const std::exception&) {
+  {
+    std::lock_guard<std::mutex> g(connMu_);
+    for (auto& c : peers_.connections) {
+      if (!c) continue;
+      try {
+        c->leaveNote(why);
+      } catch (const std::exception&) {
+      }
     }
+    if (peers_.arena) peers_.arena->leaveNoteAll(why);
   }
   fail(xcclInvalidUsage, why);
   abort();
@@ -196,9 +252,12 @@ std::string Comm::lastError() const {
 }
 
 void Comm::closeConnections() {
+  std::lock_guard<std::mutex> g(connMu_);
+  closed_ = true;
   for (auto& c : peers_.connections) {
     if (c) c->close();
   }
+  if (peers_.arena) peers_.arena->closeAll();  // the peers that never connected see it too
 }
 
 void Comm::fail(xcclResult_t code, const std::string& msg) {
@@ -229,7 +288,7 @@ void Comm::progressLoop() {
           // Spin a little without the lock: the next op of a tight loop arrives soon.
           lock.unlock();
           auto until = Clock::now() + spin;
-          Backoff backoff;
+          Backoff backoff(yieldWhenIdle_);
           while (enqueued_.load() == completed_.load() && Clock::now() < until && !stop_) {
             backoff.idle();
           }

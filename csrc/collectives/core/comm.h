@@ -122,6 +122,8 @@ class Comm {
   void endTurnLocked();  // the same, mu_ held
   void fail(xcclResult_t code, const std::string& msg);
   void closeConnections();
+  // Exchange's connector: the connection with a peer reached on first use (PeerSetup).
+  Connection* connectOnFirstUse(int peer);
 
   int rank_, nranks_;
   int64_t timeoutMs_;
@@ -136,10 +138,15 @@ class Comm {
   CommTopology topo_;
   std::atomic<bool> abort_{false};
   std::unique_ptr<Exchange> exchange_;
+  bool yieldWhenIdle_ = false;  // XCCL_YIELD_WHEN_IDLE, decided at creation
   std::unique_ptr<Heartbeat> heartbeat_;
   uint64_t collSeq_ = 0;  // progress thread only
 
   mutable std::mutex mu_;
+  // Guards peers_.connections once the engine may add to it (connectOnFirstUse) while other
+  // threads close or note them; closed_: no more connections after closeConnections().
+  std::mutex connMu_;
+  bool closed_ = false;
   std::condition_variable workCv_, doneCv_;
   std::deque<OpEntry> queue_;
   std::atomic<bool> stop_{false};

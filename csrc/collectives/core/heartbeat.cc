@@ -14,17 +14,24 @@ XCCL_PARAM(HeartbeatMs, "HEARTBEAT_MS", 1000, 0, kKnobMax)
 // on it fail (ms).
 XCCL_PARAM(HeartbeatTimeoutMs, "HEARTBEAT_TIMEOUT_MS", 5000, 1, kKnobMax)
 
-Heartbeat::Heartbeat(int rank, std::vector<Connection*> conns)
+Heartbeat::Heartbeat(int rank, const std::vector<Connection*>& conns,
+                     std::function<void()> beatAll)
     : rank_(rank),
-      conns_(std::move(conns)),
-      lastHeard_(conns_.size(), Clock::now()),
-      silent_(conns_.size(), false),
+      n_(conns.size()),
+      conns_(new std::atomic<Connection*>[conns.size()]),
+      beatAll_(std::move(beatAll)),
+      lastHeard_(conns.size(), Clock::now()),
+      silent_(conns.size(), false),
+      seen_(conns.size(), false),
       intervalMs_(xcclParamHeartbeatMs()),
       timeoutMs_(xcclParamHeartbeatTimeoutMs()) {
   XCCL_CHECK(intervalMs_ >= 0, "XCCL_HEARTBEAT_MS=", intervalMs_, " must be >= 0 (0: off)");
   XCCL_CHECK(timeoutMs_ > 0, "XCCL_HEARTBEAT_TIMEOUT_MS=", timeoutMs_, " must be positive");
-  bool anyPeer = false;
-  for (Connection* c : conns_) anyPeer |= c != nullptr;
+  bool anyPeer = beatAll_ != nullptr;
+  for (size_t p = 0; p < n_; ++p) {
+    conns_[p].store(conns[p], std::memory_order_relaxed);
+    anyPeer |= conns[p] != nullptr;
+  }
   if (intervalMs_ == 0 || !anyPeer) return;
   thread_ = std::thread([this] { loop(); });
 }
@@ -50,9 +57,14 @@ void Heartbeat::loop() {
 }
 
 void Heartbeat::visit(Clock::time_point now) {
-  for (size_t p = 0; p < conns_.size(); ++p) {
-    Connection* c = conns_[p];
+  if (beatAll_) beatAll_();
+  for (size_t p = 0; p < n_; ++p) {
+    Connection* c = conns_[p].load(std::memory_order_acquire);
     if (c == nullptr) continue;
+    if (!seen_[p]) {  // connected since the last visit: its silence counts from now
+      seen_[p] = true;
+      lastHeard_[p] = now;
+    }
     try {
       c->sendBeat();
       std::string note;

@@ -21,6 +21,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -32,12 +34,18 @@ namespace xccl {
 
 class Heartbeat {
  public:
-  // conns: indexed by rank, null for self; they must outlive the Heartbeat. Starts no
-  // thread when XCCL_HEARTBEAT_MS is 0 or there is no peer.
-  Heartbeat(int rank, std::vector<Connection*> conns);
+  // conns: indexed by rank, null for self and for peers connected later (add()); they must
+  // outlive the Heartbeat. beatAll, when given, is called on every visit too (the arena's
+  // rings towards peers not connected yet: they hear us all the same). Starts no thread
+  // when XCCL_HEARTBEAT_MS is 0 or there is no peer.
+  Heartbeat(int rank, const std::vector<Connection*>& conns,
+            std::function<void()> beatAll = nullptr);
   ~Heartbeat();  // stops the thread
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // A connection made after creation (connected on first use); any thread.
+  void add(int peer, Connection* c) { conns_[peer].store(c, std::memory_order_release); }
 
   int64_t intervalMs() const { return intervalMs_; }
   int64_t timeoutMs() const { return timeoutMs_; }
@@ -47,9 +55,11 @@ class Heartbeat {
   void visit(Clock::time_point now);
 
   int rank_;
-  std::vector<Connection*> conns_;
+  size_t n_;
+  std::unique_ptr<std::atomic<Connection*>[]> conns_;
+  std::function<void()> beatAll_;
   std::vector<Clock::time_point> lastHeard_;
-  std::vector<bool> silent_;
+  std::vector<bool> silent_, seen_;
   int64_t intervalMs_, timeoutMs_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -20,7 +20,9 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/wait_notice.h"
+#include "shm/arena.h"
 #include "shm/connection.h"
+#include "shm/ring.h"
 #include "tcp/connection.h"
 #include "tcp/socket.h"
 
@@ -28,6 +30,9 @@ namespace xccl {
 
 // 1 = never use shared memory between ranks (TCP even on one host).
 XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0, 0, 1)
+// 1 = ranks on one host connect when an operation first needs the pair (shm/arena.h);
+// 0 = every pair at creation.
+XCCL_PARAM(RuntimeConnect, "RUNTIME_CONNECT", 1, 0, 1)
 
 namespace {
 
@@ -72,11 +77,17 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   XCCL_CHECK_ARG(!secret.empty(), "empty communicator secret");
   const bool noShm = xcclParamShmDisable() != 0;
 
-  // 1. Publish ourselves.
+  // 1. Publish ourselves (with our arena and doorbell when the pairs on this host connect
+  // on first use; rings with payload lanes are made eagerly).
   tcp::Listener listener(net::localAddress());
   PeerSetup setup;
   setup.peers.resize(nranks);
   setup.connections.resize(nranks);
+  setup.onFirstUse.assign(nranks, 0);
+  if (!noShm && nranks > 1 && xcclParamRuntimeConnect() != 0 && !shm::laneWanted(device)) {
+    setup.arena = std::make_unique<shm::Arena>(rank, nranks, secret);
+    setup.bell = shm::Doorbell::create();
+  }
   PeerInfo& me = setup.peers[rank];
   me = PeerInfo{rank,
                 static_cast<int>(getpid()),
@@ -86,7 +97,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                 listener.address(),
                 std::string(device.name()) == "host" ? -1 : device.ordinal(),
                 hostTopology,
-                processService()};
+                processService(),
+                setup.arena ? strCat(setup.arena->describe(), ";", setup.bell->describe()) : ""};
   store.set(strCat("peer/", rank), serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0));
 
   // 2. Read everyone; decide the transport of each pair the same way on both ends.
@@ -101,17 +113,22 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
           strCat("rank ", rank, ": store entry 'peer/", p, "' claims rank ", setup.peers[p].rank));
     }
     local[p] = !noShm && !(flags & kPeerFlagNoShm) && setup.peers[p].hostId == me.hostId;
+    // Both ends decide alike: on first use when both published an arena.
+    if (local[p] && setup.arena && !setup.peers[p].shm.empty()) {
+      setup.onFirstUse[p] = 1;
+      setup.arena->prepare(p);
+    }
   }
 
   // 3. Our outgoing rings towards local peers, and the doorbell they ring.
   std::map<int, std::unique_ptr<shm::OutgoingRing>> rings;
   for (int p = 0; p < nranks; ++p) {
-    if (p == rank || !local[p]) continue;
+    if (p == rank || !local[p] || setup.onFirstUse[p]) continue;
     rings[p] = std::make_unique<shm::OutgoingRing>(rank, p, secret, device);
     store.set(strCat("shm/", rank, "/", p), rings[p]->describe());
   }
   if (!rings.empty()) {
-    setup.bell = shm::Doorbell::create();
+    if (!setup.bell) setup.bell = shm::Doorbell::create();
     store.set(strCat("bell/", rank), setup.bell->describe());
   }
 
@@ -147,7 +164,9 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;
-    if (local[p]) {
+    if (setup.onFirstUse[p]) {
+      XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via SHM, connected on first use");
+    } else if (local[p]) {
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via SHM");
     } else {
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via TCP ", setup.peers[p].tcpAddr);
@@ -160,6 +179,23 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   for (auto& [p, ring] : rings)
     storeGet(store, strCat(kDoneKeyPrefix, p), rank, deadline, abortFlag);
   return setup;
+}
+
+std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer,
+                                              Device& device, const Deadline& deadline,
+                                              const std::atomic<bool>& abortFlag) {
+  XCCL_CHECK(peer >= 0 && peer < static_cast<int>(setup.onFirstUse.size()) &&
+                 setup.onFirstUse[peer] && setup.arena,
+             "rank ", rank, ": rank ", peer, " is not connected on first use");
+  const PeerInfo& info = setup.peers[peer];
+  const size_t semi = info.shm.find(';');
+  if (semi == std::string::npos) {
+    throw RemoteError(strCat("rank ", rank, ": rank ", peer, "'s shared-memory record '",
+                             info.shm.substr(0, 64), "' is malformed"));
+  }
+  auto peerBell = shm::Doorbell::open(info.shm.substr(semi + 1), rank, peer);
+  return setup.arena->connect(peer, info.pid, info.shm.substr(0, semi), device,
+                              std::move(peerBell), deadline, abortFlag);
 }
 
 }  // namespace xccl

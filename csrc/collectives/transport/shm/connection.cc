@@ -19,6 +19,7 @@
 #include "common/param.h"
 #include "common/process.h"
 #include "common/shared_memory.h"
+#include "ring.h"
 
 namespace xccl {
 namespace shm {
@@ -32,95 +33,20 @@ XCCL_PARAM(ShmLane, "SHM_LANE", -1, -1, 1)
 // amortises its launch and synchronization.
 XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20, 256, 1 << 30)
 
-namespace {
 
-constexpr uint64_t kMagic = 0x58434c4c53484d31ull;  // "XCLLSHM1"
-constexpr uint32_t kVersion = 4;       // 3: a proof of the secret instead of it; 4: heartbeats
-constexpr size_t kHeaderBytes = 4096;  // the ring starts page-aligned
-constexpr size_t kMaxRing = size_t(1) << 30;
-constexpr size_t kMaxHandle = 256;
-constexpr size_t kMaxNote = 1024;
-enum Side { kCreator = 0, kOpener = 1 };
-
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring counters must be lock-free");
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "closed flags must be lock-free");
-
-struct Header {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t pad0;
-  uint64_t ringBytes;
-  uint64_t laneBytes;  // 0: no payload lane
-  int32_t creatorPid, creatorRank, openerRank, pad;
-  // The creator's proof that it knows the communicator's secret (common/auth.h) over a
-  // fresh nonce and the ring's identity; the secret itself is never in shared memory.
-  unsigned char nonce[auth::kNonceBytes];
-  unsigned char proof[auth::kProofBytes];
-  alignas(64) std::atomic<uint32_t> closed[2];  // indexed by Side
-  alignas(64) std::atomic<uint64_t> head;       // written by the producer (creator)
-  alignas(64) std::atomic<uint64_t> tail;       // written by the consumer (opener)
-  alignas(64) std::atomic<uint64_t> laneHead;   // the payload lane's, likewise
-  alignas(64) std::atomic<uint64_t> laneTail;
-  alignas(64) std::atomic<uint64_t> beat;       // bumped by the creator's heartbeat thread
-  alignas(64) std::atomic<uint64_t> readsDone;  // the creator's peer-read messages the opener read
-  // The creator's reason for failing (Connection::leaveNote), written once before closed.
-  alignas(64) std::atomic<uint32_t> noteBytes;
-  char note[kMaxNote];
-};
-static_assert(sizeof(Header) <= kHeaderBytes, "header must fit its page");
-
-// What a ring's proof is bound to: its creator and opener, and its size.
-std::string ringContext(const Header& h) {
-  return strCat("xccl-shm pid ", h.creatorPid, " rank ", h.creatorRank, "->", h.openerRank, " ",
-                h.ringBytes);
-}
-
-bool laneWanted(Device& device) {
-  int64_t mode = xcclParamShmLane();
-  return mode > 0 || (mode < 0 && device.prefersSharedRings());
-}
-
-}  // namespace
-
-// One mapped memfd, and the payload lane when there is one (device memory: owned when this
-// process created it, mapped from the peer otherwise).
-class Segment {
- public:
-  explicit Segment(SharedMapping m) : map_(m) {}
-  ~Segment() {
-    if (lane_ != nullptr) device_->closeShared(lane_, header()->laneBytes, laneOwner_);
-    closeSharedMapping(map_);
-  }
-  Header* header() const { return static_cast<Header*>(map_.base); }
-  char* ring() const { return static_cast<char*>(map_.base) + kHeaderBytes; }
-  size_t ringBytes() const { return map_.bytes - kHeaderBytes; }
-  int fd() const { return map_.fd; }
-  char* lane() const { return static_cast<char*>(lane_); }
-  void setLane(void* lane, Device* device, bool owner) {
-    lane_ = lane;
-    device_ = device;
-    laneOwner_ = owner;
-  }
-
- private:
-  SharedMapping map_;
-  void* lane_ = nullptr;
-  Device* device_ = nullptr;
-  bool laneOwner_ = false;
-};
-
-OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret, Device& device) {
+size_t ringBytesKnob() {
   int64_t ring = xcclParamShmBuffsize();
   XCCL_CHECK(ring >= 256 && ring % 64 == 0 && static_cast<uint64_t>(ring) <= kMaxRing,
              "XCCL_SHM_BUFFSIZE=", ring, " must be a multiple of 64 between 256 and ", kMaxRing);
-  seg_ = std::make_unique<Segment>(
-      createSharedMapping(kHeaderBytes + static_cast<size_t>(ring), "xccl-shm-ring"));
+  return static_cast<size_t>(ring);
+}
+
+void initHeader(Header* mem, int rank, int peer, size_t ringBytes, const std::string& secret) {
   // The pages are zero (fresh memfd), so the atomics start at 0/false; construct them
-  // formally all the same.
-  Header* h = new (seg_->header()) Header();
-  h->magic = kMagic;
+  // formally all the same. The magic is published last: an opener that sees it sees the rest.
+  Header* h = new (mem) Header();
   h->version = kVersion;
-  h->ringBytes = static_cast<uint64_t>(ring);
+  h->ringBytes = static_cast<uint64_t>(ringBytes);
   h->creatorPid = static_cast<int32_t>(getpid());
   h->creatorRank = rank;
   h->openerRank = peer;
@@ -128,6 +54,36 @@ OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret, Device
   const std::string proof = auth::proof(secret, "shm-ring", nonce, "", ringContext(*h));
   std::memcpy(h->nonce, nonce.data(), nonce.size());
   std::memcpy(h->proof, proof.data(), proof.size());
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->store(kMagic, std::memory_order_release);
+}
+
+void checkHeader(const Header& h, int rank, int peer, long pid, size_t ringBytes,
+                 uint64_t laneBytes, const std::string& secret) {
+  if (h.magic != kMagic || h.version != kVersion || h.ringBytes != ringBytes ||
+      h.laneBytes != laneBytes || h.creatorRank != peer || h.openerRank != rank ||
+      h.creatorPid != pid) {
+    throw RemoteError(strCat("refused SHM ring from rank ", peer, " (pid ", pid,
+                             "): bad header (not ours, or another version)"));
+  }
+  const std::string nonce(reinterpret_cast<const char*>(h.nonce), auth::kNonceBytes);
+  const std::string theirs(reinterpret_cast<const char*>(h.proof), auth::kProofBytes);
+  if (!auth::sameProof(theirs, auth::proof(secret, "shm-ring", nonce, "", ringContext(h)))) {
+    XCCL_WARN(SHM, "refused SHM ring from rank ", peer, " (pid ", pid, "): bad secret");
+    throw RemoteError(strCat("rank ", rank, ": refused SHM ring from rank ", peer, ": bad secret"));
+  }
+}
+
+bool laneWanted(Device& device) {
+  int64_t mode = xcclParamShmLane();
+  return mode > 0 || (mode < 0 && device.prefersSharedRings());
+}
+
+OutgoingRing::OutgoingRing(int rank, int peer, const std::string& secret, Device& device) {
+  const size_t ring = ringBytesKnob();
+  seg_ = std::make_unique<Segment>(createSharedMapping(kHeaderBytes + ring, "xccl-shm-ring"));
+  Header* h = seg_->header();
+  initHeader(h, rank, peer, ring, secret);
 
   if (!laneWanted(device)) return;
   int64_t lane = xcclParamShmLaneBuffsize();
@@ -175,19 +131,7 @@ std::unique_ptr<Segment> openPeerRing(int rank, int peer, const std::string& des
   }
   const std::string what = strCat("rank ", rank, ": rank ", peer, "'s SHM ring");
   auto seg = std::make_unique<Segment>(openSharedMapping(pid, fd, kHeaderBytes + ring, what));
-  const Header* h = seg->header();
-  if (h->magic != kMagic || h->version != kVersion || h->ringBytes != ring ||
-      h->laneBytes != lane || h->creatorRank != peer || h->openerRank != rank ||
-      h->creatorPid != pid) {
-    throw RemoteError(strCat("refused SHM ring from rank ", peer, " (pid ", pid,
-                             "): bad header (not ours, or another version)"));
-  }
-  const std::string nonce(reinterpret_cast<const char*>(h->nonce), auth::kNonceBytes);
-  const std::string theirs(reinterpret_cast<const char*>(h->proof), auth::kProofBytes);
-  if (!auth::sameProof(theirs, auth::proof(secret, "shm-ring", nonce, "", ringContext(*h)))) {
-    XCCL_WARN(SHM, "refused SHM ring from rank ", peer, " (pid ", pid, "): bad secret");
-    throw RemoteError(strCat("rank ", rank, ": refused SHM ring from rank ", peer, ": bad secret"));
-  }
+  checkHeader(*seg->header(), rank, peer, pid, ring, lane, secret);
   if (lane != 0) {
     seg->setLane(device.openShared(handle, static_cast<int>(pid), lane), &device, false);
   }
@@ -400,6 +344,15 @@ class ShmConnection : public Connection {
       const char state = processState(peerPid_);
       if (state == 'T' || state == 't') {
         *note = strCat("process ", peerPid_, " is stopped (SIGSTOP or a debugger)");
+      } else if (state != 'Z' && state != 'X' && processHasRunnableThread(peerPid_)) {
+        // Alive and waiting for a core (ranks outnumber cores): the kernel is the better
+        // witness on one host, and a descheduled peer is not a failed one.
+        if (!descheduledSaid_) {
+          XCCL_INFO(NET, "rank ", rank_, ": rank ", peer_, " (pid ", peerPid_,
+                    ") sent no heartbeat but has a runnable thread: descheduled, not silent");
+          descheduledSaid_ = true;
+        }
+        return true;
       }
     }
     return heard;
@@ -448,6 +401,7 @@ class ShmConnection : public Connection {
   const bool split_, peerSplit_;
   std::atomic<bool> closed_{false};
   uint64_t lastSeen_[6] = {0, 0, 0, 0, 0, 0};  // heartbeat thread only
+  bool descheduledSaid_ = false;                // heartbeat thread only
 };
 
 }  // namespace
@@ -463,6 +417,14 @@ std::unique_ptr<Connection> makeConnection(int rank, int peer, int peerPid, Outg
                          : std::string());
   return std::make_unique<ShmConnection>(rank, peer, peerPid, out.take(), std::move(recv), device,
                                          std::move(peerBell));
+}
+
+std::unique_ptr<Connection> makeShmConnection(int rank, int peer, int peerPid,
+                                              std::unique_ptr<Segment> send,
+                                              std::unique_ptr<Segment> recv, Device& device,
+                                              std::unique_ptr<Doorbell> peerBell) {
+  return std::make_unique<ShmConnection>(rank, peer, peerPid, std::move(send), std::move(recv),
+                                         device, std::move(peerBell));
 }
 
 }  // namespace shm
