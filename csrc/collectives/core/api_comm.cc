@@ -164,4 +164,11 @@ xcclResult_t xcclCommInterrupt(xcclComm_t comm) {
   return guarded("xcclCommInterrupt", [&] { commOf(comm).abort(); });
 }
 
+xcclResult_t xcclCommGetStats(xcclComm_t comm, xcclCommStats_t* stats) {
+  return guarded("xcclCommGetStats", [&] {
+    XCCL_CHECK_ARG(stats != nullptr, "stats is NULL");
+    *stats = commOf(comm).stats();
+  });
+}
+
 }  // extern "C"

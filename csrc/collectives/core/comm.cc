@@ -1,6 +1,7 @@
 #include "comm.h"
 #include "result.h"
 
+#include <dirent.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -36,6 +37,16 @@ XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1, 0, 1)
 XCCL_PARAM(YieldWhenIdle, "YIELD_WHEN_IDLE", -1, -1, 1)
 
 namespace {
+
+// Entries of a /proc directory, less "." and ".."; -1 when it cannot be read.
+int countDirEntries(const char* path) {
+  DIR* d = ::opendir(path);
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
 
 int usableCores() {
   cpu_set_t set;
@@ -149,6 +160,14 @@ Comm::~Comm() {
     abort();
   }
   if (worker_.joinable()) worker_.join();  // it resumed every held stream on the way
+  if (logEnabled(LogLevel::kInfo, INIT)) {
+    const xcclCommStats_t st = stats();
+    XCCL_INFO(INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank_, "/", nranks_,
+              " destroyed: of ", st.peers, " peer(s) ", st.shmConnected, " connected via SHM, ",
+              st.tcpConnected, " via TCP, ", st.onFirstUse, " never needed; ",
+              st.shmBytes >> 10, " KiB of rings; process: ", st.processFds, " fds, ",
+              st.processThreads, " threads");
+  }
   heartbeat_.reset();
   closeConnections();
 }
@@ -226,6 +245,27 @@ Connection* Comm::connectOnFirstUse(int peer) {
     heartbeat_->add(peer, slot.get());
   }
   return slot.get();
+}
+
+xcclCommStats_t Comm::stats() {
+  xcclCommStats_t st{};
+  st.peers = nranks_ - 1;
+  {
+    std::lock_guard<std::mutex> g(connMu_);
+    for (int p = 0; p < nranks_; ++p) {
+      const auto& c = peers_.connections[p];
+      if (!c) {
+        if (p != rank_ && peers_.onFirstUse[p]) ++st.onFirstUse;
+        continue;
+      }
+      (std::string(c->kind()) == "SHM" ? st.shmConnected : st.tcpConnected)++;
+      st.shmBytes += static_cast<int64_t>(c->ownedSharedBytes());
+    }
+    if (peers_.arena) st.shmBytes += static_cast<int64_t>(peers_.arena->residentBytes());
+  }
+  st.processFds = countDirEntries("/proc/self/fd");
+  st.processThreads = countDirEntries("/proc/self/task");
+  return st;
 }
 
 void Comm::revoke() {

@@ -68,6 +68,8 @@ class Comm {
   int64_t timeoutMs() const { return timeoutMs_; }
   const CommTopology& topology() const { return topo_; }
   std::string describe() const;
+  // Connections, shared memory, descriptors and threads on this rank (xcclCommGetStats).
+  xcclCommStats_t stats();
 
   // Returns the op's id. Throws the sticky error if the communicator has failed.
   uint64_t enqueue(OpEntry op);

@@ -215,6 +215,20 @@ XCCL_API xcclResult_t xcclCommRevoke(xcclComm_t comm);
  * communicator was aborted but whose process lives still answers. */
 XCCL_API xcclResult_t xcclCommProbeAlive(xcclComm_t comm, int* alive, int64_t timeout_ms);
 
+/* What a communicator holds on this rank, for capacity planning at scale (also logged at
+ * INFO when it is destroyed). Peers of one host connect when an operation first needs them
+ * (XCCL_RUNTIME_CONNECT=1, the default): onFirstUse counts those not connected yet. */
+typedef struct {
+  int peers;             /* the other ranks of comm */
+  int shmConnected;      /* peers connected through shared memory */
+  int tcpConnected;      /* peers connected through TCP */
+  int onFirstUse;        /* peers that will connect when an operation first needs them */
+  int64_t shmBytes;      /* shared memory this rank's outgoing rings occupy now */
+  int processFds;        /* file descriptors the whole process holds now */
+  int processThreads;    /* threads of the whole process now */
+} xcclCommStats_t;
+XCCL_API xcclResult_t xcclCommGetStats(xcclComm_t comm, xcclCommStats_t* stats);
+
 /* xcclSuccess, or the sticky error that failed the communicator. */
 XCCL_API xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError);
 XCCL_API xcclResult_t xcclCommCount(const xcclComm_t comm, int* count);

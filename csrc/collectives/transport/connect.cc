@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "common/process.h"
 #include "common/wait_notice.h"
 #include "shm/arena.h"
 #include "shm/connection.h"
@@ -193,9 +194,15 @@ std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int pe
     throw RemoteError(strCat("rank ", rank, ": rank ", peer, "'s shared-memory record '",
                              info.shm.substr(0, 64), "' is malformed"));
   }
-  auto peerBell = shm::Doorbell::open(info.shm.substr(semi + 1), rank, peer);
-  return setup.arena->connect(peer, info.pid, info.shm.substr(0, semi), device,
-                              std::move(peerBell), deadline, abortFlag);
+  try {
+    auto peerBell = shm::Doorbell::open(info.shm.substr(semi + 1), rank, peer);
+    return setup.arena->connect(peer, info.pid, info.shm.substr(0, semi), device,
+                                std::move(peerBell), deadline, abortFlag);
+  } catch (const IoError& e) {  // its memfds are gone: so is its communicator
+    throw RemoteError(strCat("rank ", rank, ": rank ", peer, " (pid ", info.pid, ") ",
+                             processDead(info.pid) ? "died" : "closed its communicator",
+                             " before this rank first needed the pair (", e.what(), ")"));
+  }
 }
 
 }  // namespace xccl

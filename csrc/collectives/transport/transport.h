@@ -70,6 +70,9 @@ class Connection {
   virtual bool ringsDoorbell() const { return false; }
   // "SHM" or "TCP"
   virtual const char* kind() const = 0;
+  // Bytes of shared memory this side's outgoing ring occupies and owns (0 for TCP, and for
+  // a ring that lives in the rank's arena, which counts it).
+  virtual size_t ownedSharedBytes() const { return 0; }
   virtual int peer() const = 0;
 
   // Peer reads (single-copy transfers, algorithms/exchange_progress.cc): the receiver reads the

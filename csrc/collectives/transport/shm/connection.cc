@@ -366,6 +366,10 @@ class ShmConnection : public Connection {
   }
 
   const char* kind() const override { return "SHM"; }
+  size_t ownedSharedBytes() const override {
+    return (send_->owned() ? send_->mappedBytes() : 0) +
+           (send_->lane() != nullptr ? send_->header()->laneBytes : 0);
+  }
   int peer() const override { return peer_; }
 
  private:

@@ -78,6 +78,8 @@ class Segment {
   char* ring() const { return static_cast<char*>(map_.base) + kHeaderBytes; }
   size_t ringBytes() const { return map_.bytes - kHeaderBytes; }
   int fd() const { return map_.fd; }
+  bool owned() const { return owned_; }
+  size_t mappedBytes() const { return map_.bytes; }
   char* lane() const { return static_cast<char*>(lane_); }
   void setLane(void* lane, Device* device, bool owner) {
     lane_ = lane;
