@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Scale on one host: xccl against Open MPI (and Gloo through torch) at 8 to 256 processes.
+
+What it measures, for each process count n, in the same run:
+  xccl  `xccl-tests all_reduce -p n -z 1`: n forked processes, one communicator each
+        (unique-id rendezvous), blocking float32 allreduces on the calling thread; the
+        time is the slowest rank's mean (-a 3), in and out of place; creation time is the
+        slowest rank's "ready ... in X ms" (XCCL_DEBUG=INFO), and what each rank held at the
+        end (peers connected, fds, ring bytes) its "destroyed:" line (xcclCommGetStats).
+  mpi   bench/scale_mpi.c under `mpirun --oversubscribe -np n` (built here with mpicc):
+        MPI_Init time and blocking in-place MPI_Allreduce, slowest rank's mean.
+  gloo  (n <= --gloo-max) bench_torch.py's allreduce rows: xccl and Gloo through torch in
+        the same processes, for the same sizes.
+Each system runs its iterations back to back after a barrier; results are checked by the
+xccl-tests and bench_torch runs only when --check is given (at 256 ranks xccl-tests' own
+checking costs more than the collectives).
+
+Usage:
+  python3 bench/bench_scale.py                                   # 8 .. 256, 8 B / 8 KiB / 1 MiB
+  python3 bench/bench_scale.py --nranks 8 32 --iters 10 --name smoke
+Writes bench/results/<name>.json and prints a markdown table (BENCHMARKS.md section 14).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+
+XCCL_TESTS = os.path.join(util.REPO, "build", "tools", "xccl-tests", "xccl-tests")
+
+
+def run(cmd, env=None, timeout=900):
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return p, time.time() - t0
+
+
+def xccl_point(n, sizes, iters, check, timeout):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "x.json")
+        env = dict(os.environ, XCCL_DEBUG="INFO", XCCL_DEBUG_SUBSYS="INIT")
+        cmd = [XCCL_TESTS, "all_reduce", "-p", str(n), "-z", "1", "-a", "3",
+               "-n", str(iters), "-w", "3", "-c", "1" if check else "0", "-J", out,
+               "-T", str(timeout)]
+        lo, hi = min(sizes), max(sizes)
+        factor = 2 if len(sizes) < 2 else round((hi / lo) ** (1 / (len(sizes) - 1)))
+        cmd += ["-b", str(lo), "-e", str(hi), "-f", str(max(2, factor))]
+        p, wall = run(cmd, env, timeout + 60)
+        if p.returncode != 0:
+            return {"error": f"xccl-tests exit {p.returncode}: {p.stderr[-800:]}"}
+        res = json.load(open(out))
+    inits = [int(m) for m in re.findall(r"ready on .* in (\d+) ms", p.stderr)]
+    dest = re.findall(r"destroyed: of (\d+) peer\(s\) (\d+) connected via SHM, (\d+) via TCP, "
+                      r"(\d+) never needed; (\d+) KiB of rings; process: (-?\d+) fds, (-?\d+)",
+                      p.stderr)
+    rows = {r["size_bytes"]: min(r["out_of_place"]["time_us"], r["in_place"]["time_us"])
+            for r in res["results"]}
+    wrong = sum(r["out_of_place"]["wrong"] + r["in_place"]["wrong"] for r in res["results"])
+    med = (lambda i: statistics.median(int(x[i]) for x in dest)) if dest else (lambda i: None)
+    return {"us": rows, "init_ms_max": max(inits) if inits else None,
+            "init_ms_median": statistics.median(inits) if inits else None,
+            "peers_connected_median": med(1), "ring_kib_median": med(4), "fds_median": med(5),
+            "warnings": p.stderr.count(" WARN "), "wrong": wrong, "wall_s": round(wall, 1)}
+
+
+def mpi_point(binary, n, sizes, iters, timeout):
+    mpirun = shutil.which("mpirun")
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), binary, str(iters)]
+    cmd += [str(s) for s in sizes]
+    try:
+        p, wall = run(cmd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    if p.returncode != 0:
+        return {"error": f"mpirun exit {p.returncode}: {p.stderr[-500:]}"}
+    out = {"us": {}, "wall_s": round(wall, 1)}
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if f[0] == "init_ms":
+            out["init_ms_max"] = float(f[1])
+        elif len(f) == 2:
+            out["us"][int(f[0])] = float(f[1])
+    return out
+
+
+def build_mpi():
+    mpicc = shutil.which("mpicc")
+    if mpicc is None or shutil.which("mpirun") is None:
+        return None
+    binary = os.path.join(util.REPO, "build", "bench", "scale_mpi")
+    os.makedirs(os.path.dirname(binary), exist_ok=True)
+    subprocess.run([mpicc, "-O2", "-o", binary, os.path.join(util.BENCH, "scale_mpi.c")],
+                   check=True)
+    return binary
+
+
+def gloo_points(nranks, sizes, timeout):
+    """bench_torch.py's allreduce at these world sizes: {n: {"xccl": {bytes: us}, "gloo": ...}}."""
+    if not nranks:
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "t.json")
+        lo, hi = min(sizes), max(sizes)
+        factor = round((hi / lo) ** (1 / max(1, len(sizes) - 1)))
+        cmd = [sys.executable, os.path.join(util.BENCH, "bench_torch.py"), "--world-sizes",
+               *map(str, nranks), "--collectives", "allreduce", "--min-bytes", str(lo),
+               "--max-bytes", str(hi), "--factor", str(max(2, factor)), "--rounds", "3",
+               "--no-memcpy", "--json", out, "--timeout", str(timeout)]
+        p, _ = run(cmd, timeout=timeout + 60)
+        if p.returncode != 0:
+            return {"error": p.stderr[-800:]}
+        data = json.load(open(out))
+    pts = {}
+    for run_ in data.get("runs", []):
+        n = run_["world_size"]
+        for row in run_.get("results", []):
+            for backend in ("xccl", "gloo"):
+                if isinstance(row.get(backend), dict):
+                    pts.setdefault(n, {}).setdefault(backend, {})[row["bytes"]] = \
+                        row[backend]["time_us"]
+    return pts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nranks", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
+    ap.add_argument("--sizes", nargs="+", default=["8", "8K", "1M"])
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--gloo-max", type=int, default=32,
+                    help="Gloo through torch up to this many ranks (torch processes are heavy)")
+    ap.add_argument("--no-mpi", action="store_true")
+    ap.add_argument("--check", action="store_true", help="xccl-tests checks every result")
+    ap.add_argument("--timeout", type=int, default=900, help="per launch (s)")
+    ap.add_argument("--name", default=time.strftime("scale_%Y%m%d"))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    sizes = [util.parse_bytes(s) for s in a.sizes]
+    mpi = None if a.no_mpi else build_mpi()
+    if not a.no_mpi and mpi is None:
+        print("mpirun/mpicc not found (apt-get install openmpi-bin libopenmpi-dev): no MPI rows",
+              file=sys.stderr)
+    result = {"sizes": sizes, "iters": a.iters, "nproc": os.cpu_count(), "points": {}}
+    for n in a.nranks:
+        pt = {"xccl": xccl_point(n, sizes, a.iters, a.check, a.timeout)}
+        if mpi:
+            pt["mpi"] = mpi_point(mpi, n, sizes, a.iters, a.timeout)
+        result["points"][n] = pt
+        print(f"n={n}: {json.dumps(pt)}", file=sys.stderr, flush=True)
+    g = gloo_points([n for n in a.nranks if n <= a.gloo_max], sizes, a.timeout)
+    if "error" in g:
+        print(f"bench_torch failed: {g['error']}", file=sys.stderr)
+    else:
+        for n, v in g.items():
+            result["points"].setdefault(n, {})["torch"] = v
+    path = util.write_json(util.result_path(a.json, a.name), result)
+    print(f"results: {path}")
+    hdr = ["n", "xccl init ms", "mpi init ms", "peers conn.", "fds"]
+    for s in sizes:
+        hdr += [f"xccl {util.fmt_bytes(s)} µs", f"mpi {util.fmt_bytes(s)} µs"]
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    for n in a.nranks:
+        x, m = result["points"][n]["xccl"], result["points"][n].get("mpi", {})
+        cells = [str(n), str(x.get("init_ms_max")), str(m.get("init_ms_max", "-")),
+                 str(x.get("peers_connected_median")), str(x.get("fds_median"))]
+        for s in sizes:
+            cells += [f"{x.get('us', {}).get(s, float('nan')):.0f}",
+                      f"{m.get('us', {}).get(s, float('nan')):.0f}" if m.get("us") else "-"]
+        print("| " + " | ".join(cells) + " |")
+    bad = [n for n in a.nranks if "error" in result["points"][n]["xccl"] or
+           result["points"][n]["xccl"].get("wrong")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
