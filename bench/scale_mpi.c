@@ -1,8 +1,7 @@
 /* Open MPI's side of bench/bench_scale.py: MPI_Init timed, then for each size in argv a
- * blocking in-place float32 MPI_Allreduce (sum), warm-up then ITERS back to back after a
- * barrier; prints "init_ms <max over ranks>" and "<bytes> <us per op, slowest rank>" from
- * rank 0. Built by bench_scale.py with mpicc.
- * usage: scale_mpi ITERS BYTES... */
+ * blocking in-place float32 MPI_Allreduce (sum): WARMUP operations, then ITERS back to
+ * back after a barrier; prints "init_ms <max over ranks>" and "<bytes> <us per op, slowest rank>"
+ * from rank 0. Built by bench_scale.py with mpicc. usage: scale_mpi BYTES:ITERS:WARMUP... */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +22,17 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   MPI_Reduce(&init, &initMax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) printf("init_ms %.1f\n", initMax);
-  const int iters = argc > 1 ? atoi(argv[1]) : 20;
-  for (int a = 2; a < argc; ++a) {
-    const long bytes = atol(argv[a]);
+  for (int a = 1; a < argc; ++a) {
+    long bytes = 0;
+    int iters = 20, warmup = 3;
+    if (sscanf(argv[a], "%ld:%d:%d", &bytes, &iters, &warmup) < 1 || bytes <= 0) {
+      if (rank == 0) fprintf(stderr, "bad size spec '%s' (BYTES:ITERS:WARMUP)\n", argv[a]);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     const long count = bytes / 4 > 0 ? bytes / 4 : 1;
     float* buf = malloc(count * sizeof(float));
     for (long i = 0; i < count; ++i) buf[i] = 1.0f;
-    for (int w = 0; w < 3; ++w) {
+    for (int w = 0; w < warmup; ++w) {
       MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
     MPI_Barrier(MPI_COMM_WORLD);

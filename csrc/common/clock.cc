@@ -1,8 +1,8 @@
 // Backoff (clock.h): no state beyond the object's own.
 #include <sched.h>
 
-#include <algorithm>
 #include <time.h>
+#include <algorithm>
 
 #include "clock.h"
 

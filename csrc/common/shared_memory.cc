@@ -61,8 +61,8 @@ SharedMapping openSharedRange(long pid, long fd, size_t total, size_t offset, si
     ::close(sfd);
     throw RemoteError(strCat(what, " ", path, " has the wrong size"));
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd,
-                    static_cast<off_t>(offset));
+  void* base =
+      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, static_cast<off_t>(offset));
   const int err = errno;
   ::close(sfd);
   if (base == MAP_FAILED) {

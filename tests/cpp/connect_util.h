@@ -14,8 +14,7 @@ inline xccl::PeerSetup connectEveryPeer(xccl::Store& store, int rank, int nranks
                                         const std::string& secret, xccl::Device& device,
                                         const xccl::Deadline& deadline,
                                         const std::atomic<bool>& abortFlag) {
-  xccl::PeerSetup s =
-      xccl::connectPeers(store, rank, nranks, secret, device, deadline, abortFlag);
+  xccl::PeerSetup s = xccl::connectPeers(store, rank, nranks, secret, device, deadline, abortFlag);
   for (int p = 0; p < nranks; ++p) {
     if (s.onFirstUse[p]) {
       s.connections[p] = xccl::connectOnFirstUse(s, rank, p, device, deadline, abortFlag);

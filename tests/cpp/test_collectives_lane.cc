@@ -29,7 +29,7 @@ bool laneOf(const char* mode) {
         std::atomic<bool> abortFlag{false};
         xccl::PeerSetup s =
             xccl_test::connectEveryPeer(*store, rank, 2, "lane-secret", xccl::getDevice("host", 0),
-                               xccl::Deadline::after(20000), abortFlag);
+                                        xccl::Deadline::after(20000), abortFlag);
         xccl::Connection* c = s.connections[1 - rank].get();
         ASSERT_NE(c, nullptr);
         EXPECT_STREQ(c->kind(), "SHM");

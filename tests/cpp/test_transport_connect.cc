@@ -36,7 +36,10 @@ using xccl::PeerSetup;
 // creation (XCCL_RUNTIME_CONNECT=0).
 enum class Mode { kShm, kTcp, kMixed, kShmEager };
 const char* modeName(Mode m) {
-  return m == Mode::kShm ? "Shm" : m == Mode::kTcp ? "Tcp" : m == Mode::kMixed ? "Mixed" : "ShmEager";
+  return m == Mode::kShm     ? "Shm"
+         : m == Mode::kTcp   ? "Tcp"
+         : m == Mode::kMixed ? "Mixed"
+                             : "ShmEager";
 }
 
 // Fake hosts for Mode::kMixed: even ranks on host A, odd ranks on host B.
@@ -141,8 +144,8 @@ void rankBody(xccl::Store& store, Mode mode, int rank, int nranks, const std::st
                                             Deadline::after(30000), abortFlag);
   checkSetup(s, mode, rank, nranks);
   for (int p = 0; p < nranks; ++p) {  // which pairs were left for first use
-    const bool onFirstUse = p != rank && std::string(expectedKind(mode, rank, p)) == "SHM" &&
-                            mode != Mode::kShmEager;
+    const bool onFirstUse =
+        p != rank && std::string(expectedKind(mode, rank, p)) == "SHM" && mode != Mode::kShmEager;
     EXPECT_EQ(s.onFirstUse[p] != 0, onFirstUse) << "rank " << rank << " -> " << p;
   }
   Streams st(nranks);
@@ -284,7 +287,7 @@ TEST(Connect, ShmSecretMismatchIsRefused) {
       [&](int rank) {
         try {
           xccl_test::connectEveryPeer(*store, rank, 2, rank == 0 ? "secret-a" : "secret-b",
-                             xccl::getDevice(-1), Deadline::after(10000), abortFlag);
+                                      xccl::getDevice(-1), Deadline::after(10000), abortFlag);
         } catch (const xccl::Error& e) {
           errors[rank] = e.what();
         }
@@ -519,7 +522,7 @@ TEST_P(LivenessTest, PeerCloseIsSeenAfterItsLastBytes) {
       2,
       [&](int rank) {
         PeerSetup s = xccl_test::connectEveryPeer(*store, rank, 2, "sec", xccl::getDevice(-1),
-                                         Deadline::after(10000), abortFlag);
+                                                  Deadline::after(10000), abortFlag);
         xccl::Connection& c = *s.connections[1 - rank];
         if (rank == 0) {
           void* w = nullptr;
@@ -562,8 +565,9 @@ TEST_P(LivenessTest, KilledProcessIsSeenQuickly) {
       [&](int rank) {
         auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
         std::atomic<bool> abortFlag{false};
-        PeerSetup s = xccl_test::connectEveryPeer(*store, rank, 2, xccl::uniqueIdSecret(id),
-                                         xccl::getDevice(-1), Deadline::after(10000), abortFlag);
+        PeerSetup s =
+            xccl_test::connectEveryPeer(*store, rank, 2, xccl::uniqueIdSecret(id),
+                                        xccl::getDevice(-1), Deadline::after(10000), abortFlag);
         if (rank == 1) {
           store->get("peer/done/0", Deadline::after(10000));  // rank 0 has mapped our ring
           auto now = std::chrono::steady_clock::now().time_since_epoch();
@@ -613,8 +617,9 @@ TEST(Connect, LeavesNothingInDevShm) {
       [&](int rank) {
         auto store = xccl::connectUniqueIdStore(id, Deadline::after(10000));
         std::atomic<bool> abortFlag{false};
-        PeerSetup s = xccl_test::connectEveryPeer(*store, rank, 2, xccl::uniqueIdSecret(id),
-                                         xccl::getDevice(-1), Deadline::after(10000), abortFlag);
+        PeerSetup s =
+            xccl_test::connectEveryPeer(*store, rank, 2, xccl::uniqueIdSecret(id),
+                                        xccl::getDevice(-1), Deadline::after(10000), abortFlag);
         EXPECT_STREQ(s.connections[1 - rank]->kind(), "SHM");
         if (rank == 1) {
           store->get("peer/done/0", Deadline::after(10000));

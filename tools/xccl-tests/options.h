@@ -32,7 +32,7 @@ struct Options {
   int check = 1;
   int aggIters = 1;
   int blocking = 0;  // -z: host ops on the calling thread (XCCL_STREAM_CALLER)
-  int average = 1;  // 0 = rank 0, 1 = mean, 2 = min, 3 = max
+  int average = 1;   // 0 = rank 0, 1 = mean, 2 = min, 3 = max
   std::string jsonFile;
   int nthreads = 1;
   int nprocs = 1;

@@ -117,8 +117,8 @@ struct Tuning {
   std::vector<std::string> forced;  // by CollType: the algorithm XCCL_ALGO forces, or ""
   int64_t allreduceDirectMax = 0, broadcastDirectMax = 0, reduceDirectMax = 0,
           allgatherDirectMax = 0, reducescatterDirectMax = 0, twolevelMinHosts = 0,
-          hierarchicalMin = 0, directTempMax = 0, recdoublingMinRanks = 0,
-          rabenseifnerMinRanks = 0, rabenseifnerMax = 0;
+          hierarchicalMin = 0, directTempMax = 0, recdoublingMinRanks = 0, rabenseifnerMinRanks = 0,
+          rabenseifnerMax = 0;
   size_t ringSlice = 0, chainChunk = 0;  // bytes per message; SIZE_MAX: uncut
 };
 // Reads and checks every knob of the table (InvalidUsage for a bad XCCL_ALGO).
@@ -217,7 +217,9 @@ class Exchange {
   // Makes the connection with a peer whose slot in `conns` was null, when a message to or
   // from it is first posted (connected on first use; transport/connect.cc). Without one, a
   // null slot is an error.
-  void setConnector(std::function<Connection*(int)> connector) { connector_ = std::move(connector); }
+  void setConnector(std::function<Connection*(int)> connector) {
+    connector_ = std::move(connector);
+  }
 
  private:
   MsgRef newMsg();

@@ -119,8 +119,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 // The connection with `peer` (setup.onFirstUse[peer]): maps the peer's ring towards us from
 // its arena and pairs it with ours (shm/arena.h). One-sided: the peer need not be in an
 // operation. Throws as Arena::connect.
-std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer,
-                                              Device& device, const Deadline& deadline,
+std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer, Device& device,
+                                              const Deadline& deadline,
                                               const std::atomic<bool>& abortFlag);
 
 // 32 random bytes, hex encoded, from the OS entropy source.

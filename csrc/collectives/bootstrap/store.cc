@@ -233,9 +233,8 @@ std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {
   net::putU32(out, static_cast<uint32_t>(info.pid));
   net::putU32(out, flags);
   net::putU32(out, static_cast<uint32_t>(info.device));
-  for (const std::string* s :
-       {&info.hostId, &info.hostname, &info.busId, &info.tcpAddr, &info.topology, &info.service,
-        &info.shm}) {
+  for (const std::string* s : {&info.hostId, &info.hostname, &info.busId, &info.tcpAddr,
+                               &info.topology, &info.service, &info.shm}) {
     const uint32_t max = s == &info.topology ? kMaxTopologyField : kMaxPeerField;
     XCCL_CHECK(s->size() <= max, "PeerInfo field too long: ", s->size());
     net::putU32(out, static_cast<uint32_t>(s->size()));

@@ -134,8 +134,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks, " ready on ",
       peers_.peers[rank].hostname, " device ", device_->busId(), " listening on ",
       peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm, " peer(s) via SHM, ", tcp, " via TCP, ",
-      later, " via SHM on first use (XCCL_RUNTIME_CONNECT); ",
-      topo_.plan.hosts.size(), " host(s), topology ", topo_.source, ", ring",
+      later, " via SHM on first use (XCCL_RUNTIME_CONNECT); ", topo_.plan.hosts.size(),
+      " host(s), topology ", topo_.source, ", ring",
       [&] {
         std::string s;
         for (int r : topo_.plan.ring()) s += " " + std::to_string(r);
@@ -164,9 +164,8 @@ Comm::~Comm() {
     const xcclCommStats_t st = stats();
     XCCL_INFO(INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank_, "/", nranks_,
               " destroyed: of ", st.peers, " peer(s) ", st.shmConnected, " connected via SHM, ",
-              st.tcpConnected, " via TCP, ", st.onFirstUse, " never needed; ",
-              st.shmBytes >> 10, " KiB of rings; process: ", st.processFds, " fds, ",
-              st.processThreads, " threads");
+              st.tcpConnected, " via TCP, ", st.onFirstUse, " never needed; ", st.shmBytes >> 10,
+              " KiB of rings; process: ", st.processFds, " fds, ", st.processThreads, " threads");
   }
   heartbeat_.reset();
   closeConnections();
@@ -235,13 +234,13 @@ void Comm::abort() {
 Connection* Comm::connectOnFirstUse(int peer) {
   std::lock_guard<std::mutex> g(connMu_);
   if (closed_) {
-    throw InvalidUsage(strCat("rank ", rank_, ": communicator closed; not connecting to rank ",
-                              peer));
+    throw InvalidUsage(
+        strCat("rank ", rank_, ": communicator closed; not connecting to rank ", peer));
   }
   auto& slot = peers_.connections[peer];
   if (!slot) {
-    slot = xccl::connectOnFirstUse(peers_, rank_, peer, *device_, Deadline::after(timeoutMs_),
-                                   abort_);
+    slot =
+        xccl::connectOnFirstUse(peers_, rank_, peer, *device_, Deadline::after(timeoutMs_), abort_);
     heartbeat_->add(peer, slot.get());
   }
   return slot.get();

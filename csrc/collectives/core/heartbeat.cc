@@ -14,8 +14,7 @@ XCCL_PARAM(HeartbeatMs, "HEARTBEAT_MS", 1000, 0, kKnobMax)
 // on it fail (ms).
 XCCL_PARAM(HeartbeatTimeoutMs, "HEARTBEAT_TIMEOUT_MS", 5000, 1, kKnobMax)
 
-Heartbeat::Heartbeat(int rank, const std::vector<Connection*>& conns,
-                     std::function<void()> beatAll)
+Heartbeat::Heartbeat(int rank, const std::vector<Connection*>& conns, std::function<void()> beatAll)
     : rank_(rank),
       n_(conns.size()),
       conns_(new std::atomic<Connection*>[conns.size()]),

@@ -219,13 +219,13 @@ XCCL_API xcclResult_t xcclCommProbeAlive(xcclComm_t comm, int* alive, int64_t ti
  * INFO when it is destroyed). Peers of one host connect when an operation first needs them
  * (XCCL_RUNTIME_CONNECT=1, the default): onFirstUse counts those not connected yet. */
 typedef struct {
-  int peers;             /* the other ranks of comm */
-  int shmConnected;      /* peers connected through shared memory */
-  int tcpConnected;      /* peers connected through TCP */
-  int onFirstUse;        /* peers that will connect when an operation first needs them */
-  int64_t shmBytes;      /* shared memory this rank's outgoing rings occupy now */
-  int processFds;        /* file descriptors the whole process holds now */
-  int processThreads;    /* threads of the whole process now */
+  int peers;          /* the other ranks of comm */
+  int shmConnected;   /* peers connected through shared memory */
+  int tcpConnected;   /* peers connected through TCP */
+  int onFirstUse;     /* peers that will connect when an operation first needs them */
+  int64_t shmBytes;   /* shared memory this rank's outgoing rings occupy now */
+  int processFds;     /* file descriptors the whole process holds now */
+  int processThreads; /* threads of the whole process now */
 } xcclCommStats_t;
 XCCL_API xcclResult_t xcclCommGetStats(xcclComm_t comm, xcclCommStats_t* stats);
 

@@ -182,8 +182,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   return setup;
 }
 
-std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer,
-                                              Device& device, const Deadline& deadline,
+std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer, Device& device,
+                                              const Deadline& deadline,
                                               const std::atomic<bool>& abortFlag) {
   XCCL_CHECK(peer >= 0 && peer < static_cast<int>(setup.onFirstUse.size()) &&
                  setup.onFirstUse[peer] && setup.arena,

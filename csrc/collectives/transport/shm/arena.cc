@@ -61,8 +61,8 @@ std::unique_ptr<Connection> Arena::connect(int peer, int peerPid, const std::str
   long pid = 0, fd = 0;
   unsigned long long ring = 0, slots = 0;
   char extra = 0;
-  const int fields = std::sscanf(desc.c_str(), "%ld %ld %llu %llu %c", &pid, &fd, &ring, &slots,
-                                 &extra);
+  const int fields =
+      std::sscanf(desc.c_str(), "%ld %ld %llu %llu %c", &pid, &fd, &ring, &slots, &extra);
   if (fields != 4 || pid <= 0 || pid != peerPid || fd < 0 || ring < 256 || ring % 64 != 0 ||
       ring > kMaxRing || slots != static_cast<unsigned long long>(nranks_)) {
     throw RemoteError(strCat("rank ", rank_, ": rank ", peer, "'s SHM arena '", desc.substr(0, 64),
@@ -71,9 +71,8 @@ std::unique_ptr<Connection> Arena::connect(int peer, int peerPid, const std::str
   }
   const size_t stride = strideOf(ring);
   const std::string what = strCat("rank ", rank_, ": rank ", peer, "'s SHM arena");
-  auto recv = std::make_unique<Segment>(
-      openSharedRange(pid, fd, stride * slots, stride * static_cast<size_t>(rank_),
-                      kHeaderBytes + ring, what));
+  auto recv = std::make_unique<Segment>(openSharedRange(
+      pid, fd, stride * slots, stride * static_cast<size_t>(rank_), kHeaderBytes + ring, what));
   // The peer writes its slot headers while it initialises: a rank that started its first
   // operation sooner waits here for them (its magic is written last).
   auto* magic = reinterpret_cast<std::atomic<uint64_t>*>(&recv->header()->magic);
@@ -87,8 +86,8 @@ std::unique_ptr<Connection> Arena::connect(int peer, int peerPid, const std::str
     }
     if (deadline.expired()) {
       throw Timeout(strCat("rank ", rank_, ": rank ", peer, " (pid ", pid,
-                           ") did not prepare its SHM ring towards us within ",
-                           deadline.budgetMs(), " ms"));
+                           ") did not prepare its SHM ring towards us within ", deadline.budgetMs(),
+                           " ms"));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

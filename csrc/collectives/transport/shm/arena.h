@@ -55,8 +55,7 @@ class Arena {
   // the peer's memfd cannot be opened (the peer is gone), Timeout, InvalidUsage on abort.
   std::unique_ptr<Connection> connect(int peer, int peerPid, const std::string& desc,
                                       Device& device, std::unique_ptr<Doorbell> peerBell,
-                                      const Deadline& deadline,
-                                      const std::atomic<bool>& abortFlag);
+                                      const Deadline& deadline, const std::atomic<bool>& abortFlag);
 
   // On every prepared ring: closed by this rank / this rank's reason / a heartbeat. For the
   // peers that never connected (a connection does the same on its own ring).

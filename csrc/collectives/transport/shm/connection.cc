@@ -33,7 +33,6 @@ XCCL_PARAM(ShmLane, "SHM_LANE", -1, -1, 1)
 // amortises its launch and synchronization.
 XCCL_PARAM(ShmLaneBuffsize, "SHM_LANE_BUFFSIZE", 16 << 20, 256, 1 << 30)
 
-
 size_t ringBytesKnob() {
   int64_t ring = xcclParamShmBuffsize();
   XCCL_CHECK(ring >= 256 && ring % 64 == 0 && static_cast<uint64_t>(ring) <= kMaxRing,
@@ -405,7 +404,7 @@ class ShmConnection : public Connection {
   const bool split_, peerSplit_;
   std::atomic<bool> closed_{false};
   uint64_t lastSeen_[6] = {0, 0, 0, 0, 0, 0};  // heartbeat thread only
-  bool descheduledSaid_ = false;                // heartbeat thread only
+  bool descheduledSaid_ = false;               // heartbeat thread only
 };
 
 }  // namespace

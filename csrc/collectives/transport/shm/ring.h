@@ -14,9 +14,9 @@
 #include <string>
 
 #include "collectives/device/device.h"
+#include "collectives/transport/transport.h"
 #include "common/auth.h"
 #include "common/error.h"
-#include "collectives/transport/transport.h"
 #include "common/shared_memory.h"
 #include "doorbell.h"
 
