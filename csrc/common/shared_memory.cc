@@ -27,7 +27,10 @@ SharedMapping createSharedMapping(size_t bytes, const char* what) {
   return SharedMapping{fd, base, bytes};
 }
 
-SharedMapping openSharedMapping(long pid, long fd, size_t bytes, const std::string& what) {
+namespace {
+
+// Opens process `pid`'s memfd `fd` and checks that it is `total` bytes long.
+int openPeerMemfd(long pid, long fd, size_t total, const std::string& what) {
   std::string path = strCat("/proc/", pid, "/fd/", fd);
   int sfd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (sfd < 0) {
@@ -35,39 +38,36 @@ SharedMapping openSharedMapping(long pid, long fd, size_t bytes, const std::stri
                          " (set XCCL_SHM_DISABLE=1 to use TCP)"));
   }
   struct stat st {};
-  if (fstat(sfd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+  if (fstat(sfd, &st) != 0 || static_cast<size_t>(st.st_size) != total) {
     ::close(sfd);
     throw RemoteError(strCat(what, " ", path, " has the wrong size"));
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    ::close(sfd);
-    throw IoError(strCat("mmap of ", what, " ", path, " failed: ", errnoString(err)));
-  }
-  return SharedMapping{sfd, base, bytes};
+  return sfd;
+}
+
+void* mapOrThrow(int sfd, size_t bytes, size_t offset, long pid, long fd, const std::string& what) {
+  void* base =
+      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, static_cast<off_t>(offset));
+  if (base != MAP_FAILED) return base;
+  const int err = errno;
+  ::close(sfd);
+  throw IoError(
+      strCat("mmap of ", what, " /proc/", pid, "/fd/", fd, " failed: ", errnoString(err)));
+}
+
+}  // namespace
+
+SharedMapping openSharedMapping(long pid, long fd, size_t bytes, const std::string& what) {
+  const int sfd = openPeerMemfd(pid, fd, bytes, what);
+  return SharedMapping{sfd, mapOrThrow(sfd, bytes, 0, pid, fd, what), bytes};
 }
 
 SharedMapping openSharedRange(long pid, long fd, size_t total, size_t offset, size_t bytes,
                               const std::string& what) {
-  std::string path = strCat("/proc/", pid, "/fd/", fd);
-  int sfd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (sfd < 0) {
-    throw IoError(strCat("cannot open ", what, " ", path, ": ", errnoString(errno),
-                         " (set XCCL_SHM_DISABLE=1 to use TCP)"));
-  }
-  struct stat st {};
-  if (fstat(sfd, &st) != 0 || static_cast<size_t>(st.st_size) != total || offset + bytes > total) {
-    ::close(sfd);
-    throw RemoteError(strCat(what, " ", path, " has the wrong size"));
-  }
-  void* base =
-      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, static_cast<off_t>(offset));
-  const int err = errno;
-  ::close(sfd);
-  if (base == MAP_FAILED) {
-    throw IoError(strCat("mmap of ", what, " ", path, " failed: ", errnoString(err)));
-  }
+  XCCL_CHECK(offset + bytes <= total, what, ": range ", offset, "+", bytes, " past ", total);
+  const int sfd = openPeerMemfd(pid, fd, total, what);
+  void* base = mapOrThrow(sfd, bytes, offset, pid, fd, what);
+  ::close(sfd);  // the mapping keeps the memory
   return SharedMapping{-1, base, bytes};
 }
 

@@ -179,6 +179,17 @@ inline size_t expectMatches(const Buf& buf, size_t first, size_t n,
 }
 
 // Waits for everything enqueued on comm so far; throws with the library's message.
+// One rank of an n-rank host-memory communicator made through the unique id (the body of a
+// runProcesses rank); throws as check() does.
+inline xcclComm_t initHostRank(const xcclUniqueId& id, int n, int rank, int64_t timeoutMs = 60000) {
+  xcclConfig_t cfg{};
+  cfg.timeout_ms = timeoutMs;
+  cfg.device = -1;
+  xcclComm_t comm = nullptr;
+  xccl_test::check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+  return comm;
+}
+
 inline void waitAll(xcclComm_t comm, int64_t timeoutMs = -1) {
   xcclEvent_t ev;
   xccl_test::check(xcclEventRecord(&ev, comm), comm);

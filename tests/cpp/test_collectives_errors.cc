@@ -286,11 +286,7 @@ void processCollectives(int n, const char* algo) {
   xccl_test::runProcesses(
       n,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.timeout_ms = 60000;
-        cfg.device = -1;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        xcclComm_t comm = initHostRank(id, n, rank);
         for (size_t count : {size_t{1001}, size_t{(1u << 20) + 1}}) {
           for (xcclDataType_t t : {xcclFloat32, xcclBfloat16, xcclInt64}) {
             Buf ar(t, count), bc(t, count), ag(t, count * n), agIn(t, count), rsIn(t, count * n),
@@ -393,11 +389,7 @@ TEST(CollProcesses, KilledPeerMakesOthersFailFast) {
   auto status = xccl_test::runProcesses(
       n,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.timeout_ms = 60000;
-        cfg.device = -1;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        xcclComm_t comm = initHostRank(id, n, rank);
         const size_t count = 1u << 20;
         Buf a(xcclFloat32, count);
         a.fill(1);

@@ -93,11 +93,7 @@ TEST(RuntimeConnect, APeerGoneBeforeThePairConnectedFailsTheOperation) {
   xccl_test::runProcesses(
       2,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.timeout_ms = 60000;
-        cfg.device = -1;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, 2, id, rank, &cfg));
+        xcclComm_t comm = initHostRank(id, 2, rank);
         if (rank == 1) {
           check(xcclCommDestroy(comm));
           std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, communicator gone
@@ -136,11 +132,7 @@ TEST(RuntimeConnect, APeerLateToItsFirstOperationIsStillHeard) {
   xccl_test::runProcesses(
       n,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.timeout_ms = 60000;
-        cfg.device = -1;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        xcclComm_t comm = initHostRank(id, n, rank);
         if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
         allreduceOnce(comm, n);
         check(xcclCommDestroy(comm));
