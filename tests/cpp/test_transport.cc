@@ -83,6 +83,17 @@ TEST(CallbackStore, FailingSetIsAnIoError) {
   EXPECT_THROW(gone->get("k", Deadline::after(10)), xccl::IoError);  // the store failed: at once
 }
 
+TEST(PeerInfo, ListsRoundTripAndRejectEveryTruncation) {
+  const std::vector<std::string> records = {"XPI4a", "", std::string(1000, 'x')};
+  const std::string wire = xccl::joinPeerRecords(records);
+  EXPECT_EQ(xccl::splitPeerRecords(wire, 3), records);
+  EXPECT_THROW(xccl::splitPeerRecords(wire, 4), xccl::RemoteError);  // another world size
+  for (size_t n = 0; n < wire.size(); ++n) {
+    EXPECT_THROW(xccl::splitPeerRecords(wire.substr(0, n), 3), xccl::RemoteError) << n;
+  }
+  EXPECT_THROW(xccl::splitPeerRecords(wire + "x", 3), xccl::RemoteError);
+}
+
 TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
   xccl::PeerInfo in{3,
                     4242,

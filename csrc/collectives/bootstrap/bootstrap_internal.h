@@ -9,8 +9,8 @@
 
 namespace xccl {
 
-// Wire form of PeerInfo: "XPI3", then rank, pid, flags and device ordinal (u32 LE), then six
-// length-prefixed strings (host id, hostname, bus id, TCP address, topology, service) (u32 LE
+// Wire form of PeerInfo: "XPI4", then rank, pid, flags and device ordinal (u32 LE), then seven
+// length-prefixed strings (host id, hostname, bus id, TCP address, topology, service, shm) (u32 LE
 // length + bytes; the topology text up to 64 KiB, the others up to 4 KiB). parsePeerInfo throws
 // RemoteError on anything malformed (truncated, oversized field, trailing bytes) and never reads
 // out of bounds. `flags` carries per-rank transport choices that both ends of a pair must agree on
@@ -18,6 +18,11 @@ namespace xccl {
 std::string serializePeerInfo(const PeerInfo& info, uint32_t flags = 0);
 PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags = nullptr);
 constexpr uint32_t kPeerFlagNoShm = 1;
+// Every rank's PeerInfo record in one value (rank 0 gathers them for the others, so the store
+// serves 3n requests instead of n^2): "XPL1", the count (u32 LE), then each record as u32 LE
+// length + bytes. splitPeerRecords throws RemoteError on anything malformed.
+std::string joinPeerRecords(const std::vector<std::string>& records);
+std::vector<std::string> splitPeerRecords(const std::string& bytes, size_t expected);
 
 // Test hook: while set (non-empty) on a thread, localHostId() on that thread returns it,
 // ahead of XCCL_NODE_ID. Lets ranks that are threads of one process pretend to live on

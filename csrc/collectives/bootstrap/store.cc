@@ -266,4 +266,30 @@ PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags) {
   return info;
 }
 
+std::string joinPeerRecords(const std::vector<std::string>& records) {
+  std::string out = "XPL1";
+  net::putU32(out, static_cast<uint32_t>(records.size()));
+  for (const std::string& r : records) {
+    net::putU32(out, static_cast<uint32_t>(r.size()));
+    out += r;
+  }
+  return out;
+}
+
+std::vector<std::string> splitPeerRecords(const std::string& bytes, size_t expected) {
+  if (bytes.size() < 4 || bytes.compare(0, 4, "XPL1") != 0) {
+    throw RemoteError("malformed PeerInfo list: bad magic");
+  }
+  Reader r(bytes, 4);
+  const uint32_t n = r.u32();
+  if (n != expected) {
+    throw RemoteError(strCat("PeerInfo list of ", n, " records, expected ", expected));
+  }
+  std::vector<std::string> out;
+  out.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) out.push_back(r.str(kMaxStoreValue));
+  if (r.left() != 0) throw RemoteError("malformed PeerInfo list: trailing bytes");
+  return out;
+}
+
 }  // namespace xccl

@@ -1,7 +1,8 @@
 // connectPeers(): from a shared store to one authenticated Connection per peer.
 //
 //   1. listen on an ephemeral TCP port; publish PeerInfo under "peer/<rank>"
-//   2. read every other rank's PeerInfo
+//   2. read every other rank's PeerInfo (from 8 ranks on, rank 0 reads them all and publishes
+//      the list under "peers", which the others read: 3n store requests, not n^2)
 //   3. for each peer on the same host (equal hostId, SHM allowed on both ends): create
 //      our outgoing SHM ring, publish it under "shm/<rank>/<peer>"
 //   4. TCP for the rest: connect to every higher remote rank, then accept every lower one
@@ -40,6 +41,8 @@ namespace {
 // Store waits in short slices so that the abort flag is seen within a fraction of a second
 // even when the store itself (a callback) only knows timeouts.
 constexpr int64_t kStoreSliceMs = 250;
+// From this many ranks on, rank 0 gathers the PeerInfo records for the others.
+constexpr int kGatherFrom = 8;
 
 std::string storeGet(Store& store, const std::string& key, int rank, const Deadline& deadline,
                      const std::atomic<bool>& abortFlag) {
@@ -100,15 +103,27 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                 hostTopology,
                 processService(),
                 setup.arena ? strCat(setup.arena->describe(), ";", setup.bell->describe()) : ""};
-  store.set(strCat("peer/", rank), serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0));
+  const std::string mine = serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0);
+  store.set(strCat("peer/", rank), mine);
 
-  // 2. Read everyone; decide the transport of each pair the same way on both ends.
+  // 2. Read everyone: from kGatherFrom ranks on, rank 0 reads the records and publishes them
+  // as one value (3n requests to the store instead of n^2); decide the transport of each
+  // pair the same way on both ends.
+  std::vector<std::string> records(nranks);
+  if (nranks >= kGatherFrom && rank != 0) {
+    records = splitPeerRecords(storeGet(store, "peers", rank, deadline, abortFlag), nranks);
+  } else {
+    for (int p = 0; p < nranks; ++p) {
+      records[p] =
+          p == rank ? mine : storeGet(store, strCat("peer/", p), rank, deadline, abortFlag);
+    }
+    if (nranks >= kGatherFrom) store.set("peers", joinPeerRecords(records));
+  }
   std::vector<bool> local(nranks, false);
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;
     uint32_t flags = 0;
-    setup.peers[p] =
-        parsePeerInfo(storeGet(store, strCat("peer/", p), rank, deadline, abortFlag), &flags);
+    setup.peers[p] = parsePeerInfo(records[p], &flags);
     if (setup.peers[p].rank != p) {
       throw RemoteError(
           strCat("rank ", rank, ": store entry 'peer/", p, "' claims rank ", setup.peers[p].rank));
