@@ -1,0 +1,88 @@
+// The communicator's connections to its peers: made on first use (the arena's pairs,
+// transport/connect.cc), noted and closed when it fails or is revoked, and counted
+// (xcclCommGetStats). peers_.connections is guarded by connMu_ from creation on.
+#include <dirent.h>
+
+#include "comm.h"
+#include "common/error.h"
+
+namespace xccl {
+
+namespace {
+
+// Entries of a /proc directory, less "." and ".."; -1 when it cannot be read.
+int countDirEntries(const char* path) {
+  DIR* d = ::opendir(path);
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+}  // namespace
+
+Connection* Comm::connectOnFirstUse(int peer) {
+  std::lock_guard<std::mutex> g(connMu_);
+  if (closed_) {
+    throw InvalidUsage(
+        strCat("rank ", rank_, ": communicator closed; not connecting to rank ", peer));
+  }
+  auto& slot = peers_.connections[peer];
+  if (!slot) {
+    slot =
+        xccl::connectOnFirstUse(peers_, rank_, peer, *device_, Deadline::after(timeoutMs_), abort_);
+    heartbeat_->add(peer, slot.get());
+  }
+  return slot.get();
+}
+
+xcclCommStats_t Comm::stats() {
+  xcclCommStats_t st{};
+  st.peers = nranks_ - 1;
+  {
+    std::lock_guard<std::mutex> g(connMu_);
+    for (int p = 0; p < nranks_; ++p) {
+      const auto& c = peers_.connections[p];
+      if (!c) {
+        if (p != rank_ && peers_.onFirstUse[p]) ++st.onFirstUse;
+        continue;
+      }
+      (std::string(c->kind()) == "SHM" ? st.shmConnected : st.tcpConnected)++;
+      st.shmBytes += static_cast<int64_t>(c->ownedSharedBytes());
+    }
+    if (peers_.arena) st.shmBytes += static_cast<int64_t>(peers_.arena->residentBytes());
+  }
+  st.processFds = countDirEntries("/proc/self/fd");
+  st.processThreads = countDirEntries("/proc/self/task");
+  return st;
+}
+
+void Comm::revoke() {
+  const std::string why = strCat("rank ", rank_, " revoked the communicator");
+  // The note first: a peer that finds the connection closed reads why.
+  {
+    std::lock_guard<std::mutex> g(connMu_);
+    for (auto& c : peers_.connections) {
+      if (!c) continue;
+      try {
+        c->leaveNote(why);
+      } catch (const std::exception&) {
+      }
+    }
+    if (peers_.arena) peers_.arena->leaveNoteAll(why);
+  }
+  fail(xcclInvalidUsage, why);
+  abort();
+}
+
+void Comm::closeConnections() {
+  std::lock_guard<std::mutex> g(connMu_);
+  closed_ = true;
+  for (auto& c : peers_.connections) {
+    if (c) c->close();
+  }
+  if (peers_.arena) peers_.arena->closeAll();  // the peers that never connected see it too
+}
+
+}  // namespace xccl
