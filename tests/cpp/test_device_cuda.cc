@@ -19,7 +19,12 @@
 #include "xccl.h"
 
 #if defined(XCCL_WITH_CUDA)
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 
 #include "collectives/device/cuda/cuda_device.h"
 #endif
@@ -167,13 +172,13 @@ TEST(CudaDevice, HoldKeepsLaterStreamWorkWaitingUntilResumed) {
 // n ranks on GPU 0, each made by a thread of its own (xcclCommInitAll, like NCCL's, wants
 // distinct devices), then driven from this thread, each on its own stream: every dtype x op
 // allreduce on the payload lanes of ranks that share one process and one GPU.
-void ranksOnOneGpu(int n) {
+std::vector<xcclComm_t> commsOnOneGpu(int n) {
   xcclConfig_t cfg{};
   cfg.deviceType = xcclDeviceCuda;
   cfg.timeout_ms = 60000;
   cfg.device = 0;
   xcclUniqueId id;
-  ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
+  EXPECT_EQ(xcclGetUniqueId(&id), xcclSuccess);
   std::vector<xcclComm_t> comms(n, nullptr);
   std::vector<xcclResult_t> made(n, xcclInternalError);
   {
@@ -183,7 +188,16 @@ void ranksOnOneGpu(int n) {
     }
     for (auto& t : threads) t.join();
   }
-  for (int r = 0; r < n; ++r) ASSERT_EQ(made[r], xcclSuccess) << xcclGetLastError(comms[r]);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(made[r], xcclSuccess) << xcclGetLastError(comms[r]);
+    if (made[r] != xcclSuccess) return {};
+  }
+  return comms;
+}
+
+void ranksOnOneGpu(int n) {
+  std::vector<xcclComm_t> comms = commsOnOneGpu(n);
+  ASSERT_EQ(comms.size(), static_cast<size_t>(n));
   std::vector<cudaStream_t> streams(n);
   for (auto& s : streams) cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   const size_t count = 300007;
@@ -242,6 +256,68 @@ TEST(CudaColl, TwoRanksOnOneGpuEveryDtypeAndOp) {
 TEST(CudaColl, ThreeRanksOnOneGpuEveryDtypeAndOp) {
   REQUIRE_GPU();
   ranksOnOneGpu(3);
+}
+
+// A module load waits for the context's streams. With a stream held by a pending collective
+// and the collective's steps issued as CUDA calls of the progress thread, that was a deadlock
+// (an H100 under torch, whose jiterator loads modules at run time, 2026-11-27): the load
+// waited for the held stream, the progress thread's next call for the load. The executor
+// (the default hold) makes no CUDA call while the stream is held. Rank 0's all_reduce is
+// queued, a module is loaded from another thread, and only then does rank 1 join.
+TEST(CudaColl, ModuleLoadWhileACollectiveHoldsAStreamCompletes) {
+  REQUIRE_GPU();
+  std::vector<xcclComm_t> comms = commsOnOneGpu(2);
+  ASSERT_EQ(comms.size(), 2u);
+  std::vector<cudaStream_t> streams(2);
+  for (auto& s : streams) cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const size_t count = 1 << 20;
+  std::vector<std::unique_ptr<DevBuf> > bufs;
+  for (int r = 0; r < 2; ++r) {
+    bufs.push_back(std::make_unique<DevBuf>(count * 4));
+    std::vector<unsigned char> in(count * 4);
+    for (size_t i = 0; i < count; ++i) xccl_test::store(in.data(), i, xcclFloat32, r + 1.0);
+    bufs.back()->put(in);
+  }
+  std::vector<unsigned char> want(64);
+  for (size_t i = 0; i < 16; ++i) xccl_test::store(want.data(), i, xcclFloat32, 3.0);
+  ASSERT_EQ(
+      xcclAllReduce(bufs[0]->p, bufs[0]->p, count, xcclFloat32, xcclSum, comms[0], streams[0]),
+      xcclSuccess);
+  using LoadFn = CUresult (*)(CUmodule*, const void*);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  cudaCheck(cudaGetDriverEntryPointByVersion("cuModuleLoadData", &fn, 12000, cudaEnableDefault, &q),
+            "cuModuleLoadData entry point");
+  static const char kPtx[] =
+      ".version 7.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry xccl_test_empty() { ret; }\n";
+  std::atomic<int> loaded{0};  // 1 loaded, 2 failed
+  std::thread loader([&] {
+    cudaSetDevice(0);
+    CUmodule m = nullptr;
+    loaded = reinterpret_cast<LoadFn>(fn)(&m, kPtx) == CUDA_SUCCESS ? 1 : 2;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(
+      xcclAllReduce(bufs[1]->p, bufs[1]->p, count, xcclFloat32, xcclSum, comms[1], streams[1]),
+      xcclSuccess);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (loaded == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (loaded == 0) {  // the threads are stuck in CUDA: report and leave
+    std::fprintf(stderr, "FAILED: the module load and the collective deadlocked (30 s)\n");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  loader.join();
+  EXPECT_EQ(loaded.load(), 1);
+  for (int r = 0; r < 2; ++r) {
+    cudaCheck(cudaStreamSynchronize(streams[r]), "sync");
+    EXPECT_EQ(bufs[r]->get(64), want) << "rank " << r;
+    EXPECT_EQ(xcclCommDestroy(comms[r]), xcclSuccess);
+    cudaStreamDestroy(streams[r]);
+  }
 }
 
 #endif

@@ -12,12 +12,15 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "cuda_hold.h"
 #include "kernels.h"
 
 namespace xccl {
 
-// How stream-side holds wait: "auto" (stream memory operations where the driver has them,
-// else a spin kernel), "memop", "kernel".
+// How the caller's stream is held during a collective: "exec" (the executor kernel runs the
+// collective's steps and is the hold, exec.h), "memop" (cuStreamWaitValue32 on a host word,
+// the steps as CUDA calls of the progress thread), "kernel" (a one-thread spin kernel on that
+// word); "auto" = exec.
 XCCL_PARAM_STR(CudaHold, "CUDA_HOLD", "auto")
 // What a failed collective does to the caller's stream: "trap" (default) faults the CUDA
 // context behind the hold, so nothing can consume the failed outputs and every later CUDA
@@ -109,13 +112,6 @@ class Timed {
 
 }  // namespace
 
-struct CudaDevice::Hold {
-  uint32_t* flag = nullptr;      // mapped pinned host word: 0 held, 1 released, 2 failed
-  void* devFlag = nullptr;       // its address on the GPU
-  cudaEvent_t passed = nullptr;  // recorded after the wait: complete = the stream is past it
-  bool busy = false;             // between streamHold and streamResume
-};
-
 int CudaDevice::deviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -139,6 +135,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   current();
   // Before any hold: a kernel loaded lazily at its first launch would wait for a held stream.
   check(cuda::preloadKernels(), "loading the CUDA device's kernels");
+  check(cuda::preloadExec(), "loading the CUDA device's executor kernel");
   char bus[64] = {0};
   busId_ = cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal) == cudaSuccess
                ? std::string(bus)
@@ -152,8 +149,9 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
              "' (trap or release)");
   trapFailed_ = failed == "trap";
   const std::string hold = xcclParamCudaHold();
-  XCCL_CHECK(hold == "auto" || hold == "memop" || hold == "kernel", "XCCL_CUDA_HOLD='", hold,
-             "' (auto, memop or kernel)");
+  XCCL_CHECK(hold == "auto" || hold == "exec" || hold == "memop" || hold == "kernel",
+             "XCCL_CUDA_HOLD='", hold, "' (auto, exec, memop or kernel)");
+  exec_ = hold == "auto" || hold == "exec";
   if (hold != "kernel") {
     cudaDriverEntryPointQueryResult q{};
     void* fn = nullptr;
@@ -167,8 +165,10 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
     }
   }
   statsOn_ = xcclParamCudaStats() != 0;
+  if (exec_) execSetup();
   XCCL_INFO(INIT, "cuda:", ordinal, " (", busId_, "): stream holds by ",
-            waitValue_ ? "cuStreamWaitValue32" : "a spin kernel",
+            exec_ ? strCat("executor kernels (", execBlocks_, " blocks)")
+                  : std::string(waitValue_ ? "cuStreamWaitValue32" : "a spin kernel"),
             hostPointersWork_ ? "" : "; registered host memory has its own GPU addresses");
 }
 
@@ -189,8 +189,10 @@ CudaDevice::~CudaDevice() {
   for (Hold* h : holds_) {
     if (h->passed) cudaEventDestroy(h->passed);
     if (h->flag) cudaFreeHost(h->flag);
+    if (h->mailbox) cudaFreeHost(h->mailbox);
     delete h;
   }
+  if (execWords_) cudaFree(execWords_);
 }
 
 int CudaDevice::currentOrdinal() {
@@ -273,6 +275,15 @@ const void* CudaDevice::deviceView(const void* p) const {
 void CudaDevice::copy(void* dst, const void* src, size_t bytes, CopyKind) {
   if (bytes == 0) return;
   Timed t(statsOn_, stats_[kStatCopy], bytes);
+  if (Hold* h = execRunning()) {
+    cuda::ExecCommand c{};
+    c.kind = cuda::kExecCopy;
+    c.count = bytes;
+    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
+    c.a = reinterpret_cast<uintptr_t>(deviceView(src));
+    execPost(h, &c);
+    return;
+  }
   current();
   finish(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(workStream())),
@@ -285,6 +296,19 @@ void CudaDevice::reduce(void* dst, const void* a, const void* b, size_t count, x
              static_cast<int>(op), " is not an element-wise reduction for dtype ",
              static_cast<int>(dtype));
   Timed t(statsOn_, stats_[kStatReduce], count * dtypeSize(dtype));
+  if (count == 0) return;
+  if (Hold* h = execRunning()) {
+    cuda::ExecCommand c{};
+    c.kind = cuda::kExecReduce;
+    c.dtype = static_cast<uint32_t>(dtype);
+    c.op = static_cast<uint32_t>(op);
+    c.count = count;
+    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
+    c.a = reinterpret_cast<uintptr_t>(deviceView(a));
+    c.b = reinterpret_cast<uintptr_t>(deviceView(b));
+    execPost(h, &c);
+    return;
+  }
   current();
   finish(cuda::launchReduce(dst, deviceView(a), deviceView(b), count, dtype, op,
                             static_cast<cudaStream_t>(workStream())),
@@ -296,6 +320,18 @@ void CudaDevice::scale(void* dst, const void* src, size_t count, xcclDataType_t 
   XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "scale: not defined for dtype ",
                  static_cast<int>(dtype));
   Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
+  if (count == 0) return;
+  if (Hold* h = execRunning()) {
+    cuda::ExecCommand c{};
+    c.kind = cuda::kExecScale;
+    c.dtype = static_cast<uint32_t>(dtype);
+    c.count = count;
+    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
+    c.a = reinterpret_cast<uintptr_t>(deviceView(src));
+    std::memcpy(&c.scalar, scalar, dtypeSize(dtype));
+    execPost(h, &c);
+    return;
+  }
   current();
   finish(cuda::launchScale(dst, deviceView(src), count, dtype, scalar,
                            static_cast<cudaStream_t>(workStream())),
@@ -307,32 +343,57 @@ void CudaDevice::divide(void* dst, size_t count, xcclDataType_t dtype, int64_t d
   XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "divide: not defined for dtype ",
                  static_cast<int>(dtype));
   Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
+  if (count == 0) return;
+  if (Hold* h = execRunning()) {
+    cuda::ExecCommand c{};
+    c.kind = cuda::kExecDivide;
+    c.dtype = static_cast<uint32_t>(dtype);
+    c.count = count;
+    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
+    c.scalar = static_cast<uint64_t>(divisor);
+    execPost(h, &c);
+    return;
+  }
   current();
   finish(cuda::launchDivide(dst, count, dtype, divisor, static_cast<cudaStream_t>(workStream())),
          "divide kernel");
 }
 
+// The capture streamHold links its hold to: enqueue() captures, then holds, on one thread.
+thread_local void* tlsLastCapture = nullptr;
+
 void* CudaDevice::streamCapture(xcclStream_t stream) {
   current();
-  cudaEvent_t ev = nullptr;
-  check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-  cudaError_t e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+  auto c = std::make_unique<Capture>();
+  c->stream = static_cast<cudaStream_t>(stream);
+  check(cudaEventCreateWithFlags(&c->event, cudaEventDisableTiming), "cudaEventCreate");
+  cudaError_t e = cudaEventRecord(c->event, c->stream);
   if (e != cudaSuccess) {
-    cudaEventDestroy(ev);
+    cudaEventDestroy(c->event);
     fail(e, "cudaEventRecord on the caller's stream (is it a stream of this device?)");
   }
-  return ev;
+  tlsLastCapture = c.get();
+  return c.release();
 }
 
 void CudaDevice::streamWait(void* token) {
   Timed t(statsOn_, stats_[kStatWait], 0);
-  if (token != nullptr)
-    check(cudaEventSynchronize(static_cast<cudaEvent_t>(token)),
-          "cudaEventSynchronize (the work queued before the collective)");
+  auto* c = static_cast<Capture*>(token);
+  if (c == nullptr) return;
+  if (c->hold != nullptr && c->hold->exec) {
+    execWaitStarted(c);
+    return;
+  }
+  check(cudaEventSynchronize(c->event),
+        "cudaEventSynchronize (the work queued before the collective)");
 }
 
 void CudaDevice::streamRelease(void* token) {
-  if (token != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(token));
+  auto* c = static_cast<Capture*>(token);
+  if (c == nullptr) return;
+  if (tlsLastCapture == c) tlsLastCapture = nullptr;
+  cudaEventDestroy(c->event);
+  delete c;
 }
 
 void* CudaDevice::streamHold(xcclStream_t stream) {
@@ -359,9 +420,18 @@ void* CudaDevice::streamHold(xcclStream_t stream) {
       holds_.push_back(h);
     }
     h->busy = true;
+    h->exec = exec_ && execPrepare(h);
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  auto* capture = static_cast<Capture*>(tlsLastCapture);
+  tlsLastCapture = nullptr;
+  if (h->exec) {
+    execLaunch(h, s);
+    if (capture != nullptr && capture->stream == s) capture->hold = h;
+    check(cudaEventRecord(h->passed, s), "cudaEventRecord after a hold");
+    return h;
   }
   __atomic_store_n(h->flag, 0u, __ATOMIC_RELEASE);
-  auto s = static_cast<cudaStream_t>(stream);
   bool waiting = false;
   if (waitValue_ != nullptr) {
     auto fn = reinterpret_cast<WaitValue32Fn>(waitValue_);
@@ -381,8 +451,11 @@ void* CudaDevice::streamHold(xcclStream_t stream) {
 void CudaDevice::streamResume(void* token) {
   auto* h = static_cast<Hold*>(token);
   if (h == nullptr) return;
+  if (h->exec) {
+    execStop(h, 1);
+    return;
+  }
   __atomic_store_n(h->flag, 1u, __ATOMIC_RELEASE);
-  std::lock_guard<std::mutex> g(mu_);
   h->busy = false;
 }
 
@@ -398,8 +471,11 @@ void CudaDevice::streamFail(void* token, const std::string& why) {
   XCCL_WARN(COLL, "cuda:", ordinal_, ": ", why,
             "; faulting the CUDA context behind the hold so that no stream consumes the outputs "
             "(XCCL_CUDA_FAILED_HOLD=trap): this process's later CUDA calls fail");
+  if (h->exec) {
+    execStop(h, 2);
+    return;
+  }
   __atomic_store_n(h->flag, 2u, __ATOMIC_RELEASE);
-  std::lock_guard<std::mutex> g(mu_);
   h->busy = false;
 }
 

@@ -10,9 +10,13 @@
 //              with cudaIpcGetMemHandle: ranks on one host move payloads device to device,
 //              also two ranks on one GPU (NCCL refuses those; we allow them)
 //   ordering   streamCapture = an event recorded on the caller's stream; streamHold = the
-//              stream waits on a word of mapped host memory (cuStreamWaitValue32 through the
-//              runtime's driver entry point; a one-thread spin kernel where stream memory
-//              operations are unavailable) that streamResume sets
+//              executor (exec.h, the default): a kernel queued on the caller's stream that
+//              runs the collective's copies and reductions as the progress thread posts them
+//              through mapped host memory, and returns when streamResume says stop; so no CUDA
+//              call is made from the host while a stream is held (cuda_exec.cc). The older
+//              holds (XCCL_CUDA_HOLD=memop|kernel): the stream waits on a word of mapped host
+//              memory (cuStreamWaitValue32, or a one-thread spin kernel) that streamResume
+//              sets, and the steps are CUDA calls of the progress thread
 //
 // The library links the static CUDA runtime, which loads the driver when first used: a build
 // with CUDA runs on machines without a GPU or driver, and there getDevice("cuda") throws.
@@ -68,7 +72,8 @@ class CudaDevice : public Device {
   void* openShared(const std::string& handle, int ownerPid, size_t bytes) override;
   void closeShared(void* ptr, size_t bytes, bool owner) override;
 
-  struct Hold;  // one stream-side hold (cuda_device.cc)
+  struct Hold;     // one stream-side hold (cuda_device.cc)
+  struct Capture;  // a streamCapture token: the event, and the hold enqueued right after it
   // Where the progress threads' time on this device went (XCCL_CUDA_STATS=1 prints it when
   // the device goes, at process exit): calls, bytes and wall time per kind of operation.
   enum StatKind { kStatCopy, kStatReduce, kStatScale, kStatWait, kStatAlloc, kStatHold, kStats };
@@ -82,11 +87,28 @@ class CudaDevice : public Device {
   void finish(int err, const char* what) const;  // checks a launch, then synchronizes
   const void* deviceView(const void* p) const;   // registered host memory as the GPU sees it
 
+  // The executor (cuda_exec.cc). execSetup: the per-hold device words, at construction.
+  void execSetup();
+  bool execPrepare(Hold* h);  // the hold's mailbox and word (false: none left)
+  void execLaunch(Hold* h, void* stream);
+  void execWaitStarted(Capture* c);             // streamWait of a collective with an executor
+  Hold* execRunning() const;                    // the calling thread's running executor, or null
+  void execPost(Hold* h, const void* command);  // one step, synchronously
+  void execStop(Hold* h, uint32_t how);         // 1 done, 2 failed
+
   int ordinal_;
   std::string busId_;
-  bool hostPointersWork_ = true;  // registered host memory has the same address on the GPU
-  void* waitValue_ = nullptr;     // cuStreamWaitValue32, when the driver offers it
-  bool trapFailed_ = true;        // XCCL_CUDA_FAILED_HOLD=trap
+  bool hostPointersWork_ = true;    // registered host memory has the same address on the GPU
+  void* waitValue_ = nullptr;       // cuStreamWaitValue32, when the driver offers it
+  bool exec_ = false;               // holds are executors (XCCL_CUDA_HOLD=exec / auto)
+  unsigned execBlocks_ = 16;        // XCCL_CUDA_EXEC_BLOCKS
+  unsigned* execWords_ = nullptr;   // device memory: one arrival counter per executor hold
+  std::vector<unsigned> execFree_;  // indices into execWords_ not taken by a hold
+  // Executors started and not yet stopped, under execMu_ alone: a step's lookup must never
+  // wait for mu_, which streamHold holds across CUDA calls of the enqueuing thread.
+  mutable std::mutex execMu_;
+  std::vector<Hold*> running_;
+  bool trapFailed_ = true;  // XCCL_CUDA_FAILED_HOLD=trap
 
   mutable std::mutex mu_;
   std::map<const char*, std::pair<size_t, const char*>> staging_;  // host base -> (bytes, device)

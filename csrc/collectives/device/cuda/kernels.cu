@@ -6,11 +6,9 @@
 // Memory access: a grid-stride loop over 16-byte packs when every pointer is 16-byte aligned
 // (the usual case: tensors and ring slots are), one element per step otherwise; the few
 // elements after the last whole pack are done element by element.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <type_traits>
 
+#include "kernel_ops.cuh"
 #include "kernels.h"
 
 namespace xccl {
@@ -20,149 +18,25 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
 
-// ---- element types: the type the arithmetic is done in, and the conversions ----
-template <typename T>
-struct Arith {
-  using type = T;
-  __device__ static T load(T v) { return v; }
-  __device__ static T store(T v) { return v; }
-};
-template <>
-struct Arith<__half> {
-  using type = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
-template <>
-struct Arith<__nv_bfloat16> {
-  using type = float;
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-
-// ---- operations, on the arithmetic type ----
-struct Sum {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return a + b;
-  }
-};
-struct Prod {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return a * b;
-  }
-};
-struct Max {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return a < b ? b : a;
-  }
-};
-struct Min {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return b < a ? b : a;
-  }
-};
-struct Band {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return a & b;
-  }
-};
-struct Bor {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return a | b;
-  }
-};
-struct Bxor {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return a ^ b;
-  }
-};
-// bool bytes: any non-zero byte is true, results are 0/1.
-struct BoolOr {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return (a | b) != 0;
-  }
-};
-struct BoolAnd {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return (a != 0) & (b != 0);
-  }
-};
-struct BoolXor {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return (a != 0) != (b != 0);
-  }
-};
-
-template <typename T, typename Op>
-__device__ __forceinline__ T reduceOne(T a, T b) {
-  using R = Arith<T>;
-  return R::store(Op::apply(R::load(a), R::load(b)));
-}
-
-// 16 bytes as elements of T.
-template <typename T>
-union Pack {
-  static constexpr int kElems = 16 / sizeof(T);
-  uint4 raw;
-  T e[kElems];
-};
+using namespace ops;  // NOLINT(google-build-using-namespace): the kernels' vocabulary
 
 template <typename T, typename Op>
 __global__ void reduceKernel(T* dst, const T* a, const T* b, size_t n, bool packed) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  size_t done = 0;
-  if (packed) {
-    constexpr int k = Pack<T>::kElems;
-    const size_t packs = n / k;
-    for (size_t p = i; p < packs; p += stride) {
-      Pack<T> x, y, z;
-      x.raw = reinterpret_cast<const uint4*>(a)[p];
-      y.raw = reinterpret_cast<const uint4*>(b)[p];
-#pragma unroll
-      for (int j = 0; j < k; ++j) z.e[j] = reduceOne<T, Op>(x.e[j], y.e[j]);
-      reinterpret_cast<uint4*>(dst)[p] = z.raw;
-    }
-    done = packs * k;
-  }
-  for (size_t e = done + i; e < n; e += stride) dst[e] = reduceOne<T, Op>(a[e], b[e]);
+  reduceRange<T, Op>(dst, a, b, n, packed,
+                     static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                     static_cast<size_t>(gridDim.x) * blockDim.x);
 }
 
 template <typename T, typename S>
 __global__ void scaleKernel(T* dst, const T* src, size_t n, S s) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    using R = Arith<T>;
-    if constexpr (std::is_integral_v<T>) {
-      dst[e] = static_cast<T>(src[e] * s);
-    } else {
-      dst[e] = R::store(R::load(src[e]) * s);
-    }
-  }
+  scaleRange<T, S>(dst, src, n, s, static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                   static_cast<size_t>(gridDim.x) * blockDim.x);
 }
 
 template <typename T>
 __global__ void divideKernel(T* dst, size_t n, int64_t divisor) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    using R = Arith<T>;
-    if constexpr (std::is_integral_v<T>) {
-      dst[e] = static_cast<T>(dst[e] / static_cast<T>(divisor));
-    } else {
-      using A = typename R::type;
-      dst[e] = R::store(R::load(dst[e]) / static_cast<A>(divisor));
-    }
-  }
+  divideRange<T>(dst, n, divisor, static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                 static_cast<size_t>(gridDim.x) * blockDim.x);
 }
 
 // A hold's word: 0 held, 1 released, 2 failed. A failed hold faults the context (__trap):
