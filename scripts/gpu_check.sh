@@ -206,6 +206,9 @@ step_conform() {
   echo "--- xccl-tests all_reduce -D cuda -p 2 (performance, checked)"
   timeout -k 5 120 "$t" all_reduce -D cuda -p 2 -b 8 -e 256M -f 8 -n 20 -w 3 -c 1 \
     -J "$OUT/logs/xccl_tests_cuda_p2.json" || rc=1
+  echo "--- xccl-tests all_reduce -D cuda -t 2 (ranks as threads: one context, no time slicing)"
+  timeout -k 5 60 "$t" all_reduce -D cuda -t 2 -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 \
+    -J "$OUT/logs/xccl_tests_cuda_t2.json" || rc=1
   return $rc
 }
 
