@@ -9,13 +9,13 @@ native stacks are dumped with gdb (or cuda-gdb) when the machine has one.
 
   python3 scripts/cuda_pg_probe.py [--variants default,eager,...] [--timeout 25] [--out DIR]
 
-Variants: default (the executor holds); eager (CUDA_MODULE_LOADING=EAGER); memop and kernel
-(XCCL_CUDA_HOLD=memop / kernel: the older holds, whose steps are CUDA calls of the progress
-thread: on 2026-11-27 an H100 hung in step 3 under eager, warm and kernel, where torch's
-runtime-compiled kernel (jiterator, a module load) waited for the held stream while the
-progress thread's next CUDA call waited for the load); staging (XCCL_SHM_LANE=0: payloads
-through host memory instead of CUDA IPC lanes); warm (every torch kernel the steps use runs
-once before the first collective). Default list: default, eager, warm, staging.
+Variants: default; eager (CUDA_MODULE_LOADING=EAGER); kernel (XCCL_CUDA_HOLD=kernel); exec and
+exec_eager (XCCL_CUDA_HOLD=exec: the executor kernel, no CUDA call of the host while a stream
+is held); staging (XCCL_SHM_LANE=0: payloads through host memory instead of CUDA IPC lanes);
+warm (every torch kernel the steps use runs once before the first collective). Default list:
+default, eager, exec_eager, exec. On 2026-11-27 (H100) both ranks hung in step 3 (torch's
+jiterator compiles and loads a module there) under eager, warm, kernel and staging with the
+memop hold, and under eager, warm and staging with the executor; default passed both times.
 Steps per rank: sync all_reduce, async all_reduce + future, an all_reduce with a kernel never
 launched before queued behind it, then a 64 MiB all_reduce timed five times (GB/s).
 Exit status 0 when every variant passed.
@@ -37,8 +37,9 @@ from bench import util  # noqa: E402
 VARIANTS = {
     "default": {},
     "eager": {"CUDA_MODULE_LOADING": "EAGER"},
-    "memop": {"XCCL_CUDA_HOLD": "memop"},
     "kernel": {"XCCL_CUDA_HOLD": "kernel"},
+    "exec": {"XCCL_CUDA_HOLD": "exec"},
+    "exec_eager": {"XCCL_CUDA_HOLD": "exec", "CUDA_MODULE_LOADING": "EAGER"},
     "staging": {"XCCL_SHM_LANE": "0"},
     "warm": {"PROBE_WARM": "1"},
 }
@@ -105,16 +106,34 @@ def rank_main(rank: int, world: int, port: int) -> None:
 
 
 def stacks(pid: int) -> str:
+    """Where each thread of a hung rank is: its kernel wait channel and syscall from /proc
+    (always there), then native stacks from gdb (or cuda-gdb) when the machine has one. gdb
+    must pass SIGSEGV on: the CUDA driver raises it in its own threads, and a gdb that stops
+    there prints nothing else (the 2026-11-27 runs)."""
+    out = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            comm = open(f"{base}/comm").read().strip()
+            wchan = open(f"{base}/wchan").read().strip()
+            state = open(f"{base}/stat").read().split(") ")[1].split()[0]
+            sysc = open(f"{base}/syscall").read().split()[0]
+        except OSError:
+            continue
+        out.append(f"tid {tid} {comm} state {state} wchan {wchan} syscall {sysc}")
     gdb = shutil.which("cuda-gdb") or shutil.which("gdb")
     if not gdb:
-        return "(no gdb on this machine)"
+        return "\n".join(out + ["(no gdb on this machine)"])
     try:
-        r = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 25"],
+        r = subprocess.run([gdb, "-nx", "-batch", "-ex", "set pagination off",
+                            "-ex", "handle SIGSEGV SIGBUS SIGUSR1 SIGUSR2 nostop noprint pass",
+                            "-ex", f"attach {pid}", "-ex", "thread apply all bt 25",
+                            "-ex", "detach"],
                            capture_output=True, text=True, timeout=40)
+        out += [ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread"))][:300]
     except subprocess.TimeoutExpired:
-        return "(gdb timed out)"
-    keep = [ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread"))]
-    return "\n".join(keep[:300])
+        out.append("(gdb timed out)")
+    return "\n".join(out)
 
 
 def run_variant(name: str, timeout: float, out: str) -> dict:
@@ -152,7 +171,7 @@ def run_variant(name: str, timeout: float, out: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", default="default,eager,warm,staging")
+    ap.add_argument("--variants", default="default,eager,exec_eager,exec")
     ap.add_argument("--timeout", type=float, default=25.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)

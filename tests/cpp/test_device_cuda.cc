@@ -258,19 +258,22 @@ TEST(CudaColl, ThreeRanksOnOneGpuEveryDtypeAndOp) {
   ranksOnOneGpu(3);
 }
 
-// A module load waits for the context's streams. With a stream held by a pending collective
-// and the collective's steps issued as CUDA calls of the progress thread, that was a deadlock
-// (an H100 under torch, whose jiterator loads modules at run time, 2026-11-27): the load
-// waited for the held stream, the progress thread's next call for the load. The executor
-// (the default hold) makes no CUDA call while the stream is held. Rank 0's all_reduce is
-// queued, a module is loaded from another thread, and only then does rank 1 join.
-TEST(CudaColl, ModuleLoadWhileACollectiveHoldsAStreamCompletes) {
+// The executor (XCCL_CUDA_HOLD=exec) makes no CUDA call while a stream is held, so a module
+// loaded by another thread while a collective is in flight must not stop it (with the steps
+// as CUDA calls of the progress thread, a load that waits for the held stream and a step that
+// waits for the load deadlock). Both ranks' all_reduce is queued first (ranks of one process:
+// a rank that joined only after the load began would be held up by the load itself, which
+// waits for the first rank's stream; NCCL's single-process groups have the same rule), the
+// message is large enough to be in flight, then the module is loaded.
+// Added after the last GPU run (2026-11-27): not yet run on a GPU.
+TEST(CudaColl, ModuleLoadWhileAnExecutorHoldsAStreamCompletes) {
   REQUIRE_GPU();
+  ::setenv("XCCL_CUDA_HOLD", "exec", 1);  // before the device exists (one test per process)
   std::vector<xcclComm_t> comms = commsOnOneGpu(2);
   ASSERT_EQ(comms.size(), 2u);
   std::vector<cudaStream_t> streams(2);
   for (auto& s : streams) cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-  const size_t count = 1 << 20;
+  const size_t count = 64 << 20;  // 256 MiB of float: tens of milliseconds at least
   std::vector<std::unique_ptr<DevBuf> > bufs;
   for (int r = 0; r < 2; ++r) {
     bufs.push_back(std::make_unique<DevBuf>(count * 4));
@@ -280,9 +283,11 @@ TEST(CudaColl, ModuleLoadWhileACollectiveHoldsAStreamCompletes) {
   }
   std::vector<unsigned char> want(64);
   for (size_t i = 0; i < 16; ++i) xccl_test::store(want.data(), i, xcclFloat32, 3.0);
-  ASSERT_EQ(
-      xcclAllReduce(bufs[0]->p, bufs[0]->p, count, xcclFloat32, xcclSum, comms[0], streams[0]),
-      xcclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(
+        xcclAllReduce(bufs[r]->p, bufs[r]->p, count, xcclFloat32, xcclSum, comms[r], streams[r]),
+        xcclSuccess);
+  }
   using LoadFn = CUresult (*)(CUmodule*, const void*);
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult q{};
@@ -297,10 +302,6 @@ TEST(CudaColl, ModuleLoadWhileACollectiveHoldsAStreamCompletes) {
     CUmodule m = nullptr;
     loaded = reinterpret_cast<LoadFn>(fn)(&m, kPtx) == CUDA_SUCCESS ? 1 : 2;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_EQ(
-      xcclAllReduce(bufs[1]->p, bufs[1]->p, count, xcclFloat32, xcclSum, comms[1], streams[1]),
-      xcclSuccess);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (loaded == 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -17,10 +17,12 @@
 
 namespace xccl {
 
-// How the caller's stream is held during a collective: "exec" (the executor kernel runs the
-// collective's steps and is the hold, exec.h), "memop" (cuStreamWaitValue32 on a host word,
-// the steps as CUDA calls of the progress thread), "kernel" (a one-thread spin kernel on that
-// word); "auto" = exec.
+// How the caller's stream is held during a collective: "memop" (cuStreamWaitValue32 on a host
+// word, the steps as CUDA calls of the progress thread), "kernel" (a one-thread spin kernel on
+// that word), "exec" (the executor kernel runs the collective's steps and is the hold,
+// exec.h); "auto" = memop where the driver has stream memory operations, else kernel. exec is
+// correct on an H100 (every conformance check) but was slower there with two processes on
+// one GPU and did not cure the module-load hang (docs/CUDA.md): not the default yet.
 XCCL_PARAM_STR(CudaHold, "CUDA_HOLD", "auto")
 // What a failed collective does to the caller's stream: "trap" (default) faults the CUDA
 // context behind the hold, so nothing can consume the failed outputs and every later CUDA
@@ -151,7 +153,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   const std::string hold = xcclParamCudaHold();
   XCCL_CHECK(hold == "auto" || hold == "exec" || hold == "memop" || hold == "kernel",
              "XCCL_CUDA_HOLD='", hold, "' (auto, exec, memop or kernel)");
-  exec_ = hold == "auto" || hold == "exec";
+  exec_ = hold == "exec";
   if (hold != "kernel") {
     cudaDriverEntryPointQueryResult q{};
     void* fn = nullptr;

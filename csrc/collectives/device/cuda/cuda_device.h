@@ -10,13 +10,13 @@
 //              with cudaIpcGetMemHandle: ranks on one host move payloads device to device,
 //              also two ranks on one GPU (NCCL refuses those; we allow them)
 //   ordering   streamCapture = an event recorded on the caller's stream; streamHold = the
-//              executor (exec.h, the default): a kernel queued on the caller's stream that
-//              runs the collective's copies and reductions as the progress thread posts them
-//              through mapped host memory, and returns when streamResume says stop; so no CUDA
-//              call is made from the host while a stream is held (cuda_exec.cc). The older
-//              holds (XCCL_CUDA_HOLD=memop|kernel): the stream waits on a word of mapped host
-//              memory (cuStreamWaitValue32, or a one-thread spin kernel) that streamResume
-//              sets, and the steps are CUDA calls of the progress thread
+//              stream waits on a word of mapped host memory (cuStreamWaitValue32, or a
+//              one-thread spin kernel) that streamResume sets, and the steps are CUDA calls
+//              of the progress thread. XCCL_CUDA_HOLD=exec instead queues the executor
+//              (exec.h, cuda_exec.cc): a kernel on the caller's stream that runs the
+//              collective's copies and reductions as the progress thread posts them through
+//              mapped host memory and returns when streamResume says stop, so no CUDA call is
+//              made from the host while the stream is held
 //
 // The library links the static CUDA runtime, which loads the driver when first used: a build
 // with CUDA runs on machines without a GPU or driver, and there getDevice("cuda") throws.

@@ -72,7 +72,8 @@ bool CudaDevice::execPrepare(Hold* h) {  // under mu_
         told = true;
         XCCL_WARN(COLL, "cuda:", ordinal_, ": more than ", kExecWords,
                   " collectives queued on streams at once: the further ones hold their "
-                  "streams by ", waitValue_ ? "cuStreamWaitValue32" : "a spin kernel");
+                  "streams by ",
+                  waitValue_ ? "cuStreamWaitValue32" : "a spin kernel");
       }
       return false;
     }
@@ -81,9 +82,9 @@ bool CudaDevice::execPrepare(Hold* h) {  // under mu_
   }
   if (h->mailbox == nullptr) {
     void* mb = nullptr;
-    checkCuda(cudaHostAlloc(&mb, sizeof(cuda::ExecMailbox),
-                            cudaHostAllocMapped | cudaHostAllocPortable),
-              "cudaHostAlloc of an executor's mailbox");
+    checkCuda(
+        cudaHostAlloc(&mb, sizeof(cuda::ExecMailbox), cudaHostAllocMapped | cudaHostAllocPortable),
+        "cudaHostAlloc of an executor's mailbox");
     void* dev = nullptr;
     checkCuda(cudaHostGetDevicePointer(&dev, mb, 0), "cudaHostGetDevicePointer");
     h->mailbox = static_cast<cuda::ExecMailbox*>(mb);

@@ -99,33 +99,33 @@ __device__ void divideTyped(const ExecCommand& c, size_t first, size_t stride) {
 }
 
 // f<T>() for the element type of every dtype but bool.
-#define XCCL_EXEC_TYPED(fn, dtype, ...)        \
-  switch (dtype) {                             \
-    case xcclInt8:                             \
-      return fn<int8_t>(__VA_ARGS__);          \
-    case xcclUint8:                            \
-      return fn<uint8_t>(__VA_ARGS__);         \
-    case xcclInt32:                            \
-      return fn<int32_t>(__VA_ARGS__);         \
-    case xcclInt64:                            \
-      return fn<int64_t>(__VA_ARGS__);         \
-    case xcclFloat16:                          \
-      return fn<__half>(__VA_ARGS__);          \
-    case xcclBfloat16:                         \
-      return fn<__nv_bfloat16>(__VA_ARGS__);   \
-    case xcclFloat32:                          \
-      return fn<float>(__VA_ARGS__);           \
-    case xcclFloat64:                          \
-      return fn<double>(__VA_ARGS__);          \
-    default:                                   \
-      __trap();                                \
+#define XCCL_EXEC_TYPED(fn, dtype, ...)      \
+  switch (dtype) {                           \
+    case xcclInt8:                           \
+      return fn<int8_t>(__VA_ARGS__);        \
+    case xcclUint8:                          \
+      return fn<uint8_t>(__VA_ARGS__);       \
+    case xcclInt32:                          \
+      return fn<int32_t>(__VA_ARGS__);       \
+    case xcclInt64:                          \
+      return fn<int64_t>(__VA_ARGS__);       \
+    case xcclFloat16:                        \
+      return fn<__half>(__VA_ARGS__);        \
+    case xcclBfloat16:                       \
+      return fn<__nv_bfloat16>(__VA_ARGS__); \
+    case xcclFloat32:                        \
+      return fn<float>(__VA_ARGS__);         \
+    case xcclFloat64:                        \
+      return fn<double>(__VA_ARGS__);        \
+    default:                                 \
+      __trap();                              \
   }
 
 __device__ void run(const ExecCommand& c, size_t first, size_t stride) {
   switch (c.kind) {
     case kExecCopy:
-      return copyRange(reinterpret_cast<char*>(c.dst), reinterpret_cast<const char*>(c.a),
-                       c.count, first, stride);
+      return copyRange(reinterpret_cast<char*>(c.dst), reinterpret_cast<const char*>(c.a), c.count,
+                       first, stride);
     case kExecReduce:
       if (c.dtype == xcclBool) return reduceBool(c, first, stride);
       XCCL_EXEC_TYPED(reduceTyped, c.dtype, c, first, stride)

@@ -3,15 +3,18 @@
 // as the progress thread posts them, then lets the stream go on.
 //
 // Why: with the steps issued as CUDA calls from the progress thread (cudaMemcpyAsync, a
-// kernel launch, a synchronize per step) while the caller's stream is held, any call of the
-// application that waits for the whole context to go idle deadlocks the process. On an H100
+// kernel launch, a synchronize per step) while the caller's stream is held, a call of the
+// application that waits for the whole context can deadlock the process. On an H100
 // (2026-11-27) torch's first use of a runtime-compiled kernel (jiterator: a module load)
-// while an all_reduce was pending stopped the process: the load waited for the held stream,
-// and the progress thread's next CUDA call waited behind the load. The executor needs no CUDA
-// call from the host once it runs: the host writes a command into mapped host memory and
-// spins on a word the kernel writes back. It also removes the per-step launch and
-// synchronize (15 us to 270 us per step measured there), and the stream resumes when the
-// kernel sees `stop`, within a microsecond, not when the front end next polls a semaphore.
+// while an all_reduce was pending stopped both ranks. The executor needs no CUDA call from
+// the host once it runs: the host writes a command into mapped host memory and spins on a
+// word the kernel writes back, with no launch and synchronize per step.
+//
+// What the H100 said (docs/CUDA.md): correct (every conformance check, every dtype and op
+// with 2 and 3 ranks), but with two processes on one GPU slower than the memop hold (8 B in
+// 2.3 ms instead of 0.9; the GPU time-slices the two contexts, and each spins), and the
+// module-load hang remained. Opt-in (XCCL_CUDA_HOLD=exec) until a GPU per rank is measured
+// and the hang is understood.
 //
 // Shared between host and device code: plain types only.
 #pragma once
