@@ -7,6 +7,10 @@
 //                                            the rings, hierarchy and algorithm per size
 //   xccl-topo show --html out.html [--topo-file F] [--nranks N]
 //                                            a self-contained page drawing the system
+//   xccl-topo simulate [--topo-file F] [--hosts H] --nranks N [--coll allreduce|broadcast]
+//                      [--sizes 8,64K,1M] [--params F] [--cores C] [--json]
+//                                            predicted time per algorithm, and the
+//                                            selector's pick (docs/SIMULATOR.md)
 #include <CLI/CLI.hpp>
 
 #include <atomic>
@@ -22,6 +26,7 @@
 #include "collectives/topology/render.h"
 #include "collectives/topology/topo_file.h"
 #include "common/error.h"
+#include "simulate.h"
 
 namespace {
 
@@ -128,13 +133,35 @@ int main(int argc, char** argv) {
   show->add_option("--topo-file", topoFile, "a described system (default: this host)");
   show->add_option("-n,--nranks", nranks, "also plan and draw ring 0 for N ranks");
   show->add_option("--ranks-per-host", perHost, "ranks per host (default: nranks / hosts)");
+  auto* sim = app.add_subcommand("simulate", "predict each algorithm's time (the cost model)");
+  xccl_topo::SimulateOptions so;
+  std::string sizes = "8,64K,1M,16M,256M";
+  int hosts = 0;
+  sim->add_option("--topo-file", topoFile, "a described system (default: this host)");
+  sim->add_option("--hosts", hosts, "copy the system's first host this many times")
+      ->check(CLI::Range(1, 1 << 16));
+  sim->add_option("-n,--nranks", nranks, "ranks")->required()->check(CLI::Range(1, 1 << 20));
+  sim->add_option("--ranks-per-host", perHost, "ranks per host (default: nranks / hosts)");
+  sim->add_option("--coll", so.coll, "allreduce or broadcast")->capture_default_str();
+  sim->add_option("--sizes", sizes, "bytes of the buffer, comma-separated (K, M, G)")
+      ->capture_default_str();
+  sim->add_option("--params", so.paramsFile, "cost parameters (bench/bench_simulate.py fits them)");
+  sim->add_option("--cores", so.cores, "usable cores per host (default: the parameters')");
+  sim->add_flag("--json", so.json, "one JSON object: each algorithm's features and time");
   CLI11_PARSE(app, argc, argv);
   try {
     if (dump) {
       writeOut(out, formatSystem(loadOrDetect(topoFile, kind)));
       return 0;
     }
-    System sys = loadOrDetect(topoFile, kind);
+    // simulate models ranks that share host memory unless told of devices (-d or a file).
+    System sys = loadOrDetect(topoFile, *sim && kind == "auto" ? "host" : kind);
+    if (*sim) {
+      if (hosts > 0) sys = xccl_topo::replicateHosts(sys, hosts);
+      so.sizes = xccl_topo::parseSizes(sizes);
+      writeOut(out, xccl_topo::simulate(sys, placeRanks(sys, nranks, perHost), so));
+      return 0;
+    }
     if (*rings) {
       std::vector<Place> places = placeRanks(sys, nranks, perHost);
       Plan plan = planRanks(sys, places, channels);

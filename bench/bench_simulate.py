@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Calibrate the cost model (`xccl-topo simulate`, docs/SIMULATOR.md) against measured runs on
+this host, check it on runs it was not fitted to, and draw what it predicts for a cluster.
+
+1. Measure: `xccl-tests all_reduce|broadcast -p N` with each algorithm forced (XCCL_ALGO),
+   at a few sizes and rank counts (N processes on this machine's cores: past the core count
+   the ranks time-slice, which the model covers with its `cores` term).
+2. Fit: the model is linear in its constants (CostFeatures x CostParams), so the constants
+   come from a non-negative least-squares fit of `xccl-topo simulate --json`'s features to
+   the measured times, weighted to minimise relative error, on the calibration points only.
+3. Check: predicted vs measured for every point, calibration and held-out, with the error;
+   and whether the selector's pick is the measured fastest.
+4. Predict: allreduce time per algorithm from 64 to 16,384 ranks on a described cluster
+   (tools/xccl-topo/examples/two-hosts-8-devices.topo, its first host copied), the
+   selector's pick marked: bench/simulate_scale.png.
+
+  python3 bench/bench_simulate.py [--quick] [--params-out bench/results/sim_params.txt]
+                                  [--json PATH] [--plot bench/simulate_scale.png]
+
+Uses build/tools/xccl-tests/xccl-tests and build/tools/xccl-topo/xccl-topo (the core build).
+The network constants (net_alpha_us, net_gbs) are not fitted here: one host has no network
+(they stay the defaults, or the topo file's NIC rate).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from scipy.optimize import nnls
+
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+from bench import util  # noqa: E402
+
+XCCL_TESTS = os.path.join(util.REPO, "build", "tools", "xccl-tests", "xccl-tests")
+XCCL_TOPO = os.path.join(util.REPO, "build", "tools", "xccl-topo", "xccl-topo")
+CLUSTER = os.path.join(util.REPO, "tools", "xccl-topo", "examples", "two-hosts-8-devices.topo")
+
+# (collective, algorithms, rank counts fitted, rank counts held out, sizes)
+PLAN = [
+    ("allreduce", ["ring", "direct", "recdoubling", "rabenseifner"], [2, 4, 8], [3, 16],
+     [8, 4096, 262144, 2097152]),
+    ("broadcast", ["chain", "direct", "tree"], [], [2, 4, 8], [8, 262144, 2097152]),
+]
+# The fitted constants, in the order of the feature columns (shm/reduce bytes become
+# microseconds per byte; the parameters file wants GB/s).
+COLUMNS = ["shm_hops", "messages", "shm_bytes", "reduce_bytes"]
+COLORS = {"ring": "tab:purple", "direct": "tab:blue", "recdoubling": "tab:red",
+          "rabenseifner": "tab:green", "hierarchical": "tab:orange", "twolevel": "tab:brown"}
+
+
+def measure(coll, alg, n, sizes, iters):
+    """Microseconds per call, the better of out-of-place and in-place, per size."""
+    out = {}
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "x.json")
+            env = dict(os.environ, XCCL_ALGO=f"{coll}={alg}")
+            it = iters if size < (1 << 20) else max(5, iters // 4)
+            cmd = [XCCL_TESTS, coll, "-p", str(n), "-z", "1", "-n", str(it), "-w", str(it),
+                   "-c", "0", "-J", path, "-T", "120", "-b", str(size), "-e", str(size)]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+            if p.returncode != 0:
+                print(f"  {coll} {alg} n={n} {size} B: xccl-tests exit {p.returncode}: "
+                      f"{p.stderr.strip().splitlines()[-1:]}", flush=True)
+                continue
+            r = json.load(open(path))["results"][0]
+            out[size] = min(r["out_of_place"]["time_us"], r["in_place"]["time_us"])
+    return out
+
+
+def simulate(coll, n, sizes, cores, params=None, extra=()):
+    cmd = [XCCL_TOPO, "simulate", "-n", str(n), "--coll", coll, "--cores", str(cores),
+           "--sizes", ",".join(str(s) for s in sizes), "--json", *extra]
+    if params:
+        cmd += ["--params", params]
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+def features(sim, size, alg):
+    for s in sim["sizes"]:
+        if s["bytes"] == size:
+            for a in s["algorithms"]:
+                if a["name"] == alg:
+                    return a["features"], s["selected"]
+    return None, None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations (a CI sample)")
+    ap.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--params-out", default=os.path.join(util.RESULTS, "sim_params.txt"))
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--plot", default=os.path.join(util.BENCH, "simulate_scale.png"))
+    ap.add_argument("--plot-only", metavar="PARAMS", help="only draw the plot with these "
+                    "parameters (no measurement)")
+    a = ap.parse_args()
+    if a.plot_only:
+        plot(a.plot, a.plot_only)
+        return 0
+    iters = 10 if a.quick else 40
+    plan = PLAN if not a.quick else [("allreduce", ["ring", "direct"], [2, 4], [3], [8, 262144])]
+
+    points = []  # one per (coll, alg, n, size) measured
+    for coll, algs, fit_ns, check_ns, sizes in plan:
+        for n in sorted(set(fit_ns + check_ns)):
+            sim = simulate(coll, n, sizes, a.cores)
+            for alg in algs:
+                got = measure(coll, alg, n, sizes, iters)
+                for size, us in got.items():
+                    f, selected = features(sim, size, alg)
+                    if f is None:
+                        continue
+                    points.append({"coll": coll, "alg": alg, "n": n, "bytes": size,
+                                   "measured_us": us, "features": f, "selected": selected,
+                                   "fit": n in fit_ns})
+                print(f"measured {coll:9s} {alg:12s} n={n:2d}: " +
+                      "  ".join(f"{util.fmt_bytes(s)} {u:.1f} us" for s, u in got.items()),
+                      flush=True)
+
+    fit = [p for p in points if p["fit"]]
+    A = np.array([[p["features"][c] for c in COLUMNS] for p in fit])
+    t = np.array([p["measured_us"] for p in fit])
+    coef, _ = nnls(A / t[:, None], np.ones(len(t)))  # relative error, constants >= 0
+    alpha, msg, us_per_byte_shm, us_per_byte_red = coef
+    params = {"shm_alpha_us": alpha, "msg_us": msg,
+              "shm_gbs": 1e-3 / us_per_byte_shm if us_per_byte_shm > 0 else 1e6,
+              "reduce_gbs": 1e-3 / us_per_byte_red if us_per_byte_red > 0 else 1e6,
+              "cores": a.cores}
+    os.makedirs(os.path.dirname(a.params_out), exist_ok=True)
+    with open(a.params_out, "w") as f:
+        f.write(f"# fitted by bench/bench_simulate.py on {len(fit)} measured points, "
+                f"{a.cores} cores\n")
+        for k, v in params.items():
+            f.write(f"{k} {v:.6g}\n")
+    print("\nfitted:", "  ".join(f"{k} {v:.4g}" for k, v in params.items()))
+
+    # Predicted vs measured, through the simulator itself with the fitted parameters.
+    by_case = {}
+    for p in points:
+        by_case.setdefault((p["coll"], p["n"]), []).append(p)
+    for (coll, n), ps in by_case.items():
+        sim = simulate(coll, n, sorted({p["bytes"] for p in ps}), a.cores, a.params_out)
+        for p in ps:
+            for s in sim["sizes"]:
+                if s["bytes"] != p["bytes"]:
+                    continue
+                for alg in s["algorithms"]:
+                    if alg["name"] == p["alg"]:
+                        p["predicted_us"] = alg["us"]
+        for size in {p["bytes"] for p in ps}:
+            at = [p for p in ps if p["bytes"] == size]
+            fastest = min(at, key=lambda p: p["measured_us"])["alg"]
+            for p in at:
+                p["measured_fastest"] = fastest
+    print(f"\n{'':10s} {'alg':12s} {'n':>3s} {'size':>8s} {'measured':>10s} {'predicted':>10s} "
+          f"{'error':>7s}  set")
+    for p in points:
+        p["error"] = p["predicted_us"] / p["measured_us"] - 1
+        print(f"{p['coll']:10s} {p['alg']:12s} {p['n']:3d} {util.fmt_bytes(p['bytes']):>8s} "
+              f"{p['measured_us']:10.1f} {p['predicted_us']:10.1f} {100 * p['error']:+6.0f}%  "
+              f"{'fit' if p['fit'] else 'held out'}")
+    summary = {}
+    for label, sel in (("fit", [p for p in points if p["fit"]]),
+                       ("held_out", [p for p in points if not p["fit"]])):
+        if not sel:
+            continue
+        errs = np.abs([p["error"] for p in sel])
+        summary[label] = {"points": len(sel), "median_abs_error": float(np.median(errs)),
+                          "within_25pct": int((errs <= 0.25).sum())}
+        print(f"{label}: {len(sel)} points, median |error| {100 * np.median(errs):.0f}%, "
+              f"{(errs <= 0.25).sum()} within 25%")
+    picks = {(p["coll"], p["n"], p["bytes"]): (p["selected"], p["measured_fastest"])
+             for p in points}
+    agree = sum(1 for s, m in picks.values() if s == m)
+    print(f"selector's pick = measured fastest (among the forced algorithms) in {agree} of "
+          f"{len(picks)} cases")
+    summary["selector_agrees"] = [agree, len(picks)]
+
+    if a.plot and not a.quick:
+        plot(a.plot, a.params_out)
+    util.write_json(util.result_path(a.json, "bench_simulate"),
+                    {"params": params, "summary": summary, "points": points})
+    return 0
+
+
+def plot(path, params):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [64, 256, 1024, 4096, 16384]
+    sizes = [8, 1 << 20, 64 << 20]
+    fig, axes = plt.subplots(1, len(sizes), figsize=(15, 4.5))
+    for ax, size in zip(axes, sizes):
+        series, picks = {}, []
+        for n in ns:
+            sim = simulate("allreduce", n, [size], 0, params,
+                           ("--topo-file", CLUSTER, "--hosts", str(n // 8)))
+            s = sim["sizes"][0]
+            for alg in s["algorithms"]:
+                series.setdefault(alg["name"], {})[n] = alg["us"]
+            picks.append((n, next(x["us"] for x in s["algorithms"] if x["name"] == s["selected"])))
+        for name, pts in sorted(series.items()):
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", label=name, color=COLORS[name])
+        ax.scatter([p[0] for p in picks], [p[1] for p in picks], s=160, facecolors="none",
+                   edgecolors="black", linewidths=1.5, label="selector's pick", zorder=5)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"allreduce {util.fmt_bytes(size)}")
+        ax.set_xlabel("ranks (hosts of 8 devices, 2 x 100 Gbit/s NICs)")
+        ax.set_ylabel("predicted time (us)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("xccl-topo simulate: predicted allreduce time per algorithm "
+                 "(CPU constants fitted on this host; network constants: defaults)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
