@@ -18,14 +18,22 @@ this host, check it on runs it was not fitted to, and draw what it predicts for 
                                   [--json PATH] [--plot bench/simulate_scale.png]
 
 Uses build/tools/xccl-tests/xccl-tests and build/tools/xccl-topo/xccl-topo (the core build).
-The network constants (net_alpha_us, net_gbs) are not fitted here: one host has no network
-(they stay the defaults, or the topo file's NIC rate).
+With --net (root): the network constants too. Hosts are network namespaces on a bridge
+(tests/python/netns.py), each side's egress shaped with `tc tbf` to --rate (1 Gbit/s: the
+network then dominates, as on a real cluster's slower links), one xccl-tests process per rank
+launched in its host's namespace; the host-memory constants are read from --params-in, the
+network's (net_alpha_us, net_gbs) fitted on 2-host shapes and checked on 4-host ones, and the
+whole set written to --params-out. All namespace hosts share this machine's cores, which the
+fit accounts for (cores per host = cores / hosts).
+
+  sudo python3 bench/bench_simulate.py --net [--rate 1gbit] --params-in bench/simulate_params_2core.txt
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -68,9 +76,14 @@ def measure(coll, alg, n, sizes, iters):
                 print(f"  {coll} {alg} n={n} {size} B: xccl-tests exit {p.returncode}: "
                       f"{p.stderr.strip().splitlines()[-1:]}", flush=True)
                 continue
-            r = json.load(open(path))["results"][0]
-            out[size] = min(r["out_of_place"]["time_us"], r["in_place"]["time_us"])
+            out[size] = best_us(path)
     return out
+
+
+def best_us(path):
+    """xccl-tests -J: the better of out-of-place and in-place, us per call."""
+    r = json.load(open(path))["results"][0]
+    return min(r["out_of_place"]["time_us"], r["in_place"]["time_us"])
 
 
 def simulate(coll, n, sizes, cores, params=None, extra=()):
@@ -79,6 +92,147 @@ def simulate(coll, n, sizes, cores, params=None, extra=()):
     if params:
         cmd += ["--params", params]
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+NET_PLAN = [  # (hosts, ranks per host, fitted?) x algorithms x sizes
+    ((2, 1, True), (2, 2, True), (4, 1, False), (4, 2, False)),
+    ["ring", "direct", "recdoubling", "hierarchical", "twolevel"],
+    [8, 65536, 1 << 20],
+]
+
+
+def measure_hosts(nhosts, per_host, rate, alg, sizes, iters):
+    """xccl-tests across namespace hosts, one process per rank: us per size (rank 0's -J)."""
+    util.use_test_helpers()
+    import netns
+    out = {}
+    n = nhosts * per_host
+    with netns.hosts(nhosts, tag=f"s{nhosts}{per_host}") as hs:
+        for h in hs:
+            subprocess.run(["ip", "netns", "exec", h.name, "tc", "qdisc", "add", "dev", h.iface,
+                            "root", "tbf", "rate", rate, "burst", "256kb", "latency", "50ms"],
+                           check=True)
+        for size in sizes:
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "x.json")
+                port = util.free_port()
+                it = iters if size < (1 << 20) else max(5, iters // 4)
+                procs = []
+                for r in range(n):
+                    h = hs[r // per_host]
+                    env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
+                               LOCAL_RANK=str(r % per_host), MASTER_ADDR=hs[0].addr,
+                               MASTER_PORT=str(port), XCCL_ALGO=f"allreduce={alg}")
+                    env.pop("XCCL_NODE_ID", None)  # the namespaces make the hosts
+                    cmd = [XCCL_TESTS, "all_reduce", "-z", "1", "-n", str(it), "-w", str(it),
+                           "-c", "0", "-T", "120", "-b", str(size), "-e", str(size)]
+                    if r == 0:
+                        cmd += ["-J", path]
+                    procs.append(h.popen(cmd, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True, env=env))
+                errs = [p.communicate(timeout=300)[1] for p in procs]
+                if any(p.returncode != 0 for p in procs):
+                    print(f"  {alg} {nhosts}x{per_host} {size} B failed: "
+                          f"{[e.strip().splitlines()[-1:] for e in errs]}", flush=True)
+                    continue
+                out[size] = best_us(path)
+    return out
+
+
+def host_topo(rate_gbps, d):
+    """A one-host system description with one NIC of the shaped rate, to copy per host."""
+    path = os.path.join(d, "nshost.topo")
+    with open(path, "w") as f:
+        f.write(f"system host\nhost ns numa 1\nnic veth numa 0 gbps {rate_gbps}\n")
+    return path
+
+
+def read_params(path):
+    vals = {}
+    for line in open(path):
+        line = line.split("#")[0].split()
+        if len(line) == 2:
+            vals[line[0]] = float(line[1])
+    return vals
+
+
+def net_main(a) -> int:
+    util.use_test_helpers()
+    import netns
+    if netns.available():
+        sys.exit(f"--net: {netns.available()}")
+    base = read_params(a.params_in)
+    m = re.fullmatch(r"([0-9.]+)(gbit|mbit)", a.rate.lower())
+    if not m:
+        sys.exit(f"--rate {a.rate}: give e.g. 1gbit or 500mbit (tc's units)")
+    rate_gbps = float(m.group(1)) * (1.0 if m.group(2) == "gbit" else 1e-3)
+    iters = 10 if a.quick else 20
+    shapes, algs, sizes = NET_PLAN
+    points = []
+    with tempfile.TemporaryDirectory() as d:
+        topo = host_topo(rate_gbps, d)
+        for nhosts, per_host, fitted in shapes:
+            n = nhosts * per_host
+            cores = a.cores / nhosts  # the namespace hosts share this machine's cores
+            extra = ("--topo-file", topo, "--hosts", str(nhosts), "--ranks-per-host",
+                     str(per_host))
+            sim = simulate("allreduce", n, sizes, cores, a.params_in, extra)
+            for alg in algs:
+                f0, _ = features(sim, sizes[0], alg)
+                if f0 is None:
+                    continue  # the algorithm declines this shape (hierarchical on 1 per host)
+                got = measure_hosts(nhosts, per_host, a.rate, alg, sizes, iters)
+                print(f"measured {nhosts} hosts x {per_host} {alg:12s}: " +
+                      "  ".join(f"{util.fmt_bytes(s)} {u:.1f} us" for s, u in got.items()),
+                      flush=True)
+                for size, us in got.items():
+                    f, selected = features(sim, size, alg)
+                    points.append({"hosts": nhosts, "per_host": per_host, "alg": alg,
+                                   "bytes": size, "measured_us": us, "features": f,
+                                   "selected": selected, "fit": fitted, "cores": cores,
+                                   "extra": extra})
+    # The host-memory part of each time is known (base parameters); fit the rest.
+    def rest(f):
+        return (f["shm_hops"] * base["shm_alpha_us"] + f["messages"] * base["msg_us"] +
+                f["shm_bytes"] / (base["shm_gbs"] * 1e3) +
+                f["reduce_bytes"] / (base["reduce_gbs"] * 1e3))
+    fit = [p for p in points if p["fit"]]
+    A = np.array([[p["features"]["net_hops"], p["features"]["net_bytes"]] for p in fit])
+    t = np.array([p["measured_us"] for p in fit])
+    r = np.array([rest(p["features"]) for p in fit])
+    coef, _ = nnls(A / t[:, None], 1 - r / t)
+    params = dict(base)
+    params["net_alpha_us"] = coef[0]
+    params["net_gbs"] = 1e-3 / coef[1] if coef[1] > 0 else rate_gbps / 8
+    with open(a.params_out, "w") as f:
+        f.write(f"# host-memory constants from {a.params_in}; network constants fitted by "
+                f"bench/bench_simulate.py --net ({a.rate} shaped veth, {len(fit)} points)\n")
+        for k, v in params.items():
+            f.write(f"{k} {v:.6g}\n")
+    print(f"\nfitted: net_alpha_us {params['net_alpha_us']:.4g}  net_gbs "
+          f"{params['net_gbs']:.4g} (the shaping rate: {rate_gbps / 8:.4g} GB/s)")
+    for p in points:
+        sim = simulate("allreduce", p["hosts"] * p["per_host"], [p["bytes"]], p["cores"],
+                       a.params_out, p["extra"])
+        p["predicted_us"] = next(x["us"] for x in sim["sizes"][0]["algorithms"]
+                                 if x["name"] == p["alg"])
+        p["error"] = p["predicted_us"] / p["measured_us"] - 1
+        print(f"{p['hosts']} x {p['per_host']} {p['alg']:12s} {util.fmt_bytes(p['bytes']):>8s} "
+              f"{p['measured_us']:10.1f} {p['predicted_us']:10.1f} {100 * p['error']:+6.0f}%  "
+              f"{'fit' if p['fit'] else 'held out'}")
+    summary = {}
+    for label, sel in (("fit", fit), ("held_out", [p for p in points if not p["fit"]])):
+        errs = np.abs([p["error"] for p in sel])
+        if len(errs):
+            summary[label] = {"points": len(sel), "median_abs_error": float(np.median(errs)),
+                              "within_25pct": int((errs <= 0.25).sum())}
+            print(f"{label}: {len(sel)} points, median |error| {100 * np.median(errs):.0f}%, "
+                  f"{(errs <= 0.25).sum()} within 25%")
+    for p in points:
+        p.pop("extra")
+    util.write_json(util.result_path(a.json, "bench_simulate_net"),
+                    {"params": params, "summary": summary, "points": points})
+    return 0
 
 
 def features(sim, size, alg):
@@ -99,7 +253,14 @@ def main() -> int:
     ap.add_argument("--plot", default=os.path.join(util.BENCH, "simulate_scale.png"))
     ap.add_argument("--plot-only", metavar="PARAMS", help="only draw the plot with these "
                     "parameters (no measurement)")
+    ap.add_argument("--net", action="store_true", help="fit the network constants on "
+                    "namespace hosts (root)")
+    ap.add_argument("--rate", default="1gbit", help="--net: tc tbf rate of each host's link")
+    ap.add_argument("--params-in", default=os.path.join(util.BENCH, "simulate_params_2core.txt"),
+                    help="--net: the host-memory constants")
     a = ap.parse_args()
+    if a.net:
+        return net_main(a)
     if a.plot_only:
         plot(a.plot, a.plot_only)
         return 0

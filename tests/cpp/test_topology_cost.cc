@@ -15,8 +15,8 @@ namespace {
 
 using xccl::CollType;
 using xccl::CostFeatures;
-using xccl::CostParams;
 using xccl::costFeatures;
+using xccl::CostParams;
 using xccl::predictUs;
 
 // `hosts` hosts of `perHost` ranks sharing host memory, ranks host by host.
@@ -68,11 +68,11 @@ TEST(CostModel, ParametersParseStrictlyAndRoundTrip) {
   CostParams p = CostParams::parse("# fitted\nshm_alpha_us 1.5\nshm_gbs 3  # GB/s\ncores 2\n");
   EXPECT_DOUBLE_EQ(p.shmAlphaUs, 1.5);
   EXPECT_DOUBLE_EQ(p.shmGBs, 3);
-  EXPECT_EQ(p.cores, 2);
+  EXPECT_DOUBLE_EQ(p.cores, 2);
   CostParams q = CostParams::parse(p.format());
   EXPECT_DOUBLE_EQ(q.shmAlphaUs, p.shmAlphaUs);
   EXPECT_DOUBLE_EQ(q.reduceGBs, p.reduceGBs);
-  EXPECT_EQ(q.cores, p.cores);
+  EXPECT_DOUBLE_EQ(q.cores, p.cores);
   EXPECT_THROW(CostParams::parse("shm_alpah_us 1\n"), xccl::InvalidArgument);  // a typo
   EXPECT_THROW(CostParams::parse("shm_gbs fast\n"), xccl::InvalidArgument);
   EXPECT_THROW(CostParams::parse("shm_gbs -1\n"), xccl::InvalidArgument);

@@ -166,9 +166,9 @@ std::string simulate(const System& sys, const std::vector<Place>& places,
     }
     text << "  " << sizeLabel(bytes) << ":";
     for (size_t i = 0; i < rows.size(); ++i) {
-      text << "  " << rows[i].name << (rows[i].name == picked ? "*" : "")
-           << (i == best ? "<" : "") << " " << fmt(rows[i].us, rows[i].us < 100 ? 1 : 0)
-           << " us (" << fmt(busbw(type, bytes, n, rows[i].us), 2) << " GB/s)";
+      text << "  " << rows[i].name << (rows[i].name == picked ? "*" : "") << (i == best ? "<" : "")
+           << " " << fmt(rows[i].us, rows[i].us < 100 ? 1 : 0) << " us ("
+           << fmt(busbw(type, bytes, n, rows[i].us), 2) << " GB/s)";
     }
     text << "\n";
     json << (firstSize ? "" : ", ") << "{\"bytes\": " << bytes << ", \"selected\": \"" << picked
@@ -180,13 +180,12 @@ std::string simulate(const System& sys, const std::vector<Place>& places,
            << ", \"busbw\": " << busbw(type, bytes, n, rows[i].us)
            << ", \"features\": {\"shm_hops\": " << f.shmHops << ", \"net_hops\": " << f.netHops
            << ", \"shm_bytes\": " << f.shmBytes << ", \"net_bytes\": " << f.netBytes
-           << ", \"reduce_bytes\": " << f.reduceBytes << ", \"messages\": " << f.messages
-           << "}}";
+           << ", \"reduce_bytes\": " << f.reduceBytes << ", \"messages\": " << f.messages << "}}";
     }
     json << "]}";
   }
-  json << "], \"system_net_gbs\": " << rates.netGBs
-       << ", \"system_intra_gbs\": " << rates.intraGBs << "}\n";
+  json << "], \"system_net_gbs\": " << rates.netGBs << ", \"system_intra_gbs\": " << rates.intraGBs
+       << "}\n";
   return opt.json ? json.str() : text.str();
 }
 

@@ -15,7 +15,7 @@ struct SimulateOptions {
   std::string coll = "allreduce";
   std::vector<size_t> sizes;  // bytes of the whole buffer
   std::string paramsFile;     // "key value" cost parameters; empty: the defaults
-  int cores = -1;             // usable cores per host; -1: the parameters' value
+  double cores = -1;          // usable cores per host; < 0: the parameters' value
   bool json = false;          // one JSON object: features, predictions, picks
 };
 

@@ -55,7 +55,7 @@ CostParams CostParams::parse(const std::string& text) {
     } else if (key == "msg_us") {
       p.msgUs = value;
     } else if (key == "cores") {
-      p.cores = static_cast<int>(value);
+      p.cores = value;
     } else {
       throw InvalidArgument(strCat("cost parameters, line ", lineNo, ": unknown key '", key,
                                    "' (shm_alpha_us, shm_gbs, net_alpha_us, net_gbs, "
@@ -69,8 +69,8 @@ CostParams CostParams::parse(const std::string& text) {
 
 std::string CostParams::format() const {
   return strCat("shm_alpha_us ", shmAlphaUs, "\nshm_gbs ", shmGBs, "\nnet_alpha_us ", netAlphaUs,
-                "\nnet_gbs ", netGBs, "\nreduce_gbs ", reduceGBs, "\ndevice_reduce_gbs ", deviceReduceGBs, "\nmsg_us ", msgUs, "\ncores ",
-                cores, "\n");
+                "\nnet_gbs ", netGBs, "\nreduce_gbs ", reduceGBs, "\ndevice_reduce_gbs ",
+                deviceReduceGBs, "\nmsg_us ", msgUs, "\ncores ", cores, "\n");
 }
 
 std::vector<std::string> modelledAlgorithms(CollType type) {
@@ -85,7 +85,7 @@ std::vector<std::string> modelledAlgorithms(CollType type) {
 }
 
 CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t bytes,
-                          const topo::Plan& plan, int cores) {
+                          const topo::Plan& plan, double cores) {
   const int n = plan.nranks();
   const int H = static_cast<int>(plan.hosts.size());
   int L = 1;
@@ -186,12 +186,12 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
       throw InvalidArgument(strCat("the cost model has no broadcast '", algorithm, "'"));
     }
   } else {
-    throw InvalidArgument(strCat("the cost model covers allreduce and broadcast, not ",
-                                 collName(type)));
+    throw InvalidArgument(
+        strCat("the cost model covers allreduce and broadcast, not ", collName(type)));
   }
   // More ranks than cores: each rank runs 1/over of the time, and every CPU-side unit
   // stretches by that much (the NIC does not).
-  const double over = cores > 0 ? std::max(1.0, static_cast<double>(L) / cores) : 1.0;
+  const double over = cores > 0 ? std::max(1.0, L / cores) : 1.0;
   f.shmHops *= over;
   f.netHops *= over;
   f.shmBytes *= over;

@@ -33,11 +33,13 @@ struct CostParams {
   double shmAlphaUs = 2.0;  // per intra-host hop
   double shmGBs = 4.0;      // one rank's copy rate through host memory
   double netAlphaUs = 30.0;
-  double netGBs = 0;        // 0: the system's NIC speed (topo file), per direction
-  double reduceGBs = 4.0;   // one rank's reduction rate (host memory)
+  double netGBs = 0;              // 0: the system's NIC speed (topo file), per direction
+  double reduceGBs = 4.0;         // one rank's reduction rate (host memory)
   double deviceReduceGBs = 1000;  // the same for ranks placed on devices (topo files)
-  double msgUs = 1.0;       // CPU per posted message
-  int cores = 0;            // usable cores per host; 0: ranks never outnumber cores
+  double msgUs = 1.0;             // CPU per posted message
+  // Usable cores per host; 0: ranks never outnumber cores. Fractional for "hosts" that share
+  // a machine (network namespaces: 2 cores under 4 hosts are 0.5 per host).
+  double cores = 0;
   // "key value" lines ('#' comments): shm_alpha_us, shm_gbs, net_alpha_us, net_gbs,
   // reduce_gbs, device_reduce_gbs, msg_us, cores. Unknown keys and bad numbers are InvalidArgument.
   static CostParams parse(const std::string& text);
@@ -51,7 +53,7 @@ std::vector<std::string> modelledAlgorithms(CollType type);
 // `cores` usable cores per host (0: unlimited). netGBs: the system's NIC rate per direction,
 // used to express network bytes. Throws InvalidArgument for an algorithm it does not model.
 CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t bytes,
-                          const topo::Plan& plan, int cores);
+                          const topo::Plan& plan, double cores);
 
 // What the planned system itself says about its links: the NIC rate per direction between
 // hosts (0: not described), and, for ranks placed on devices, the slowest intra-host edge
