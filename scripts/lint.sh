@@ -25,7 +25,8 @@ done
 rc=0
 t0=$SECONDS
 
-mapfile -t cxx < <(git ls-files | grep -E '\.(c|cc|cpp|h|hpp|cu|cuh)$')
+# Tracked files and new ones not yet added (git add comes after lint), never ignored ones.
+mapfile -t cxx < <(git ls-files --cached --others --exclude-standard | grep -E '\.(c|cc|cpp|h|hpp|cu|cuh)$')
 if ! command -v clang-format >/dev/null; then
   echo "lint: clang-format not found (apt-get install clang-format)"; rc=1
 elif [ "$fix" = 1 ]; then
