@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -169,28 +170,28 @@ def net_main(a) -> int:
     iters = 10 if a.quick else 20
     shapes, algs, sizes = NET_PLAN
     points = []
-    with tempfile.TemporaryDirectory() as d:
-        topo = host_topo(rate_gbps, d)
-        for nhosts, per_host, fitted in shapes:
-            n = nhosts * per_host
-            cores = a.cores / nhosts  # the namespace hosts share this machine's cores
-            extra = ("--topo-file", topo, "--hosts", str(nhosts), "--ranks-per-host",
-                     str(per_host))
-            sim = simulate("allreduce", n, sizes, cores, a.params_in, extra)
-            for alg in algs:
-                f0, _ = features(sim, sizes[0], alg)
-                if f0 is None:
-                    continue  # the algorithm declines this shape (hierarchical on 1 per host)
-                got = measure_hosts(nhosts, per_host, a.rate, alg, sizes, iters)
-                print(f"measured {nhosts} hosts x {per_host} {alg:12s}: " +
-                      "  ".join(f"{util.fmt_bytes(s)} {u:.1f} us" for s, u in got.items()),
-                      flush=True)
-                for size, us in got.items():
-                    f, selected = features(sim, size, alg)
-                    points.append({"hosts": nhosts, "per_host": per_host, "alg": alg,
-                                   "bytes": size, "measured_us": us, "features": f,
-                                   "selected": selected, "fit": fitted, "cores": cores,
-                                   "extra": extra})
+    d = tempfile.mkdtemp(prefix="bench_simulate_")  # the topo file serves both passes
+    topo = host_topo(rate_gbps, d)
+    for nhosts, per_host, fitted in shapes:
+        n = nhosts * per_host
+        cores = a.cores / nhosts  # the namespace hosts share this machine's cores
+        extra = ("--topo-file", topo, "--hosts", str(nhosts), "--ranks-per-host",
+                 str(per_host))
+        sim = simulate("allreduce", n, sizes, cores, a.params_in, extra)
+        for alg in algs:
+            f0, _ = features(sim, sizes[0], alg)
+            if f0 is None:
+                continue  # the algorithm declines this shape (hierarchical on 1 per host)
+            got = measure_hosts(nhosts, per_host, a.rate, alg, sizes, iters)
+            print(f"measured {nhosts} hosts x {per_host} {alg:12s}: " +
+                  "  ".join(f"{util.fmt_bytes(s)} {u:.1f} us" for s, u in got.items()),
+                  flush=True)
+            for size, us in got.items():
+                f, selected = features(sim, size, alg)
+                points.append({"hosts": nhosts, "per_host": per_host, "alg": alg,
+                               "bytes": size, "measured_us": us, "features": f,
+                               "selected": selected, "fit": fitted, "cores": cores,
+                               "extra": extra})
     # The host-memory part of each time is known (base parameters); fit the rest.
     def rest(f):
         return (f["shm_hops"] * base["shm_alpha_us"] + f["messages"] * base["msg_us"] +
@@ -230,6 +231,7 @@ def net_main(a) -> int:
                   f"{(errs <= 0.25).sum()} within 25%")
     for p in points:
         p.pop("extra")
+    shutil.rmtree(d, ignore_errors=True)
     util.write_json(util.result_path(a.json, "bench_simulate_net"),
                     {"params": params, "summary": summary, "points": points})
     return 0
@@ -355,6 +357,14 @@ def plot(path, params):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # The cluster's own NICs set the network rate: keep the fitted latencies, drop a fitted
+    # rate (that was the shaped test link's).
+    vals = read_params(params)
+    vals["net_gbs"] = 0
+    d = tempfile.mkdtemp(prefix="bench_simulate_plot_")
+    params = os.path.join(d, "params.txt")
+    with open(params, "w") as f:
+        f.writelines(f"{k} {v:.6g}\n" for k, v in vals.items())
     ns = [64, 256, 1024, 4096, 16384]
     sizes = [8, 1 << 20, 64 << 20]
     fig, axes = plt.subplots(1, len(sizes), figsize=(15, 4.5))
@@ -379,10 +389,11 @@ def plot(path, params):
         ax.set_ylabel("predicted time (us)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("xccl-topo simulate: predicted allreduce time per algorithm "
-                 "(CPU constants fitted on this host; network constants: defaults)")
+    fig.suptitle("xccl-topo simulate: predicted allreduce time per algorithm (constants fitted "
+                 "on this host and on namespace hosts; the cluster's NIC rate)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    shutil.rmtree(d, ignore_errors=True)
     print(f"wrote {path}")
 
 
