@@ -27,15 +27,18 @@ struct WorldParam {
   int n;
   std::string algo;  // XCCL_ALGO value; "" = automatic
   int hosts;         // ranks r, r + hosts, ... share a (fake) host
+  std::string knob;  // "" or one more "XCCL_NAME=value" for the test ("_knob" in its name)
 };
 void PrintTo(const WorldParam& p, std::ostream* os) {
-  *os << p.n << " ranks, XCCL_ALGO=" << p.algo << ", " << p.hosts << " host(s)";
+  *os << p.n << " ranks, XCCL_ALGO=" << p.algo << ", " << p.hosts << " host(s)"
+      << (p.knob.empty() ? "" : ", " + p.knob);
 }
 
 std::string paramName(const ::testing::TestParamInfo<WorldParam>& info) {
   return std::to_string(info.param.n) + "ranks_" +
          (info.param.algo.empty() ? "auto" : info.param.algo) +
-         (info.param.hosts > 1 ? "_" + std::to_string(info.param.hosts) + "hosts" : "");
+         (info.param.hosts > 1 ? "_" + std::to_string(info.param.hosts) + "hosts" : "") +
+         (info.param.knob.empty() ? "" : "_knob");
 }
 
 // One operation of a rank's batch: enqueue() issues it, verify() checks its result.
@@ -51,6 +54,11 @@ class Coll : public ::testing::TestWithParam<WorldParam> {
     const WorldParam& p = GetParam();
     algoEnv_ = std::make_unique<xccl_test::ScopedEnv>("XCCL_ALGO",
                                                       p.algo.empty() ? nullptr : p.algo.c_str());
+    if (!p.knob.empty()) {
+      const size_t eq = p.knob.find('=');
+      knobEnv_ = std::make_unique<xccl_test::ScopedEnv>(p.knob.substr(0, eq).c_str(),
+                                                        p.knob.substr(eq + 1).c_str());
+    }
     std::function<std::string(int)> hostOf;
     const int hosts = p.hosts;
     if (hosts > 1)
@@ -82,6 +90,7 @@ class Coll : public ::testing::TestWithParam<WorldParam> {
   }
 
   std::unique_ptr<xccl_test::ScopedEnv> algoEnv_;
+  std::unique_ptr<xccl_test::ScopedEnv> knobEnv_;
   std::unique_ptr<ThreadWorld> world_;
 };
 
@@ -629,6 +638,10 @@ std::vector<WorldParam> worlds() {
   v.push_back({4, "hierarchical", 2});
   v.push_back({6, "hierarchical", 3});
   v.push_back({8, "hierarchical", 2});
+  // Its step across hosts as Rabenseifner's (XCCL_HIERARCHICAL_LOG_MIN_HOSTS, lowered here):
+  // a power of two of hosts, and 5 hosts (one folded pair).
+  v.push_back({8, "hierarchical", 4, "XCCL_HIERARCHICAL_LOG_MIN_HOSTS=4"});
+  v.push_back({10, "hierarchical", 5, "XCCL_HIERARCHICAL_LOG_MIN_HOSTS=4"});
   v.push_back({5, "twolevel", 2});
   v.push_back({7, "twolevel", 3});
   v.push_back({6, "", 3});

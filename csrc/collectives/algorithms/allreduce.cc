@@ -167,10 +167,14 @@ void ringRun(Exchange& ex, const CollArgs& args) {
 // position i of its host's run owns block i:
 //   1. reduce-scatter along the host's run (shared memory): block i reduced over the host;
 //   2. allreduce of block i along the "column" of the ranks at position i of every host
-//      (the network: each rank moves 2(H-1)/H of 1/L of the buffer);
+//      (the network: each rank moves 2(H-1)/H of 1/L of the buffer), as a ring, or from
+//      XCCL_HIERARCHICAL_LOG_MIN_HOSTS hosts on by Rabenseifner's halving and doubling;
 //   3. allgather along the host's run.
 // Across hosts each host sends 2(H-1)/H of the buffer in all, where the flat ring sends
 // 2(n-1)/n of it through every host's network hop: for 2 hosts of 2 ranks, 1 against 1.5.
+void rabenseifnerOver(Exchange& ex, const CollArgs& args, const std::vector<int>& members, int pos,
+                      const void* sendbuf, void* recvbuf, size_t count);
+
 void hierarchicalRun(Exchange& ex, const CollArgs& args) {
   const auto& hosts = ex.hosts();
   const int host = ex.hostOf(ex.rank());
@@ -184,9 +188,16 @@ void hierarchicalRun(Exchange& ex, const CollArgs& args) {
   ex.wait();
   const size_t first = intra.blocks.first(local), elemSize = dtypeSize(args.dtype);
   char* mine = static_cast<char*>(args.recvbuf) + first * elemSize;
-  Ring inter(ex, args, mine, mine, intra.blocks.size(local), column, host);
-  inter.allgather(inter.reduceScatter());
-  ex.wait();
+  if (static_cast<int64_t>(hosts.size()) >= ex.tuning().hierarchicalLogMinHosts) {
+    // Many hosts: the column's allreduce in 2 log2 H network rounds instead of the ring's
+    // 2(H-1), the same bytes (docs/SIMULATOR.md: the ring column's latencies dominated
+    // from a few thousand ranks).
+    rabenseifnerOver(ex, args, column, host, mine, mine, intra.blocks.size(local));
+  } else {
+    Ring inter(ex, args, mine, mine, intra.blocks.size(local), column, host);
+    inter.allgather(inter.reduceScatter());
+    ex.wait();
+  }
   intra.allgather({});
   ex.wait();
 }
@@ -324,34 +335,39 @@ void recDoublingRun(Exchange& ex, const CollArgs& args) {
 // Every message's regions are disjoint from what the same round writes, so recvbuf is the
 // only buffer (the fold's partial excepted); each block is reduced along one fixed tree and
 // then copied, so every rank ends with the same bits.
-void rabenseifnerRun(Exchange& ex, const CollArgs& args) {
-  const int n = ex.nranks(), me = ex.rank();
-  const size_t esize = dtypeSize(args.dtype), bytes = args.count * esize;
+// The schedule over `members` (ranks; I am members[pos]), reducing `count` elements of
+// sendbuf into recvbuf (the two may be one buffer): the whole communicator for
+// "rabenseifner", the column of a host position for "hierarchical" across many hosts.
+void rabenseifnerOver(Exchange& ex, const CollArgs& args, const std::vector<int>& members, int pos,
+                      const void* sendbuf, void* recvbuf, size_t count) {
+  const int n = static_cast<int>(members.size()), me = pos;
+  const size_t esize = dtypeSize(args.dtype), bytes = count * esize;
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int extras = n - p;
+  auto rankOf = [&](int index) { return members[index]; };
   if (me < 2 * extras && me % 2 == 0) {
-    ex.send(me + 1, args.sendbuf, bytes);
-    ex.recv(me + 1, args.recvbuf, bytes);
+    ex.send(rankOf(me + 1), sendbuf, bytes);
+    ex.recv(rankOf(me + 1), recvbuf, bytes);
     ex.wait();
     return;
   }
   DeviceBuffer folded(ex, me < 2 * extras ? bytes : 0);
-  const char* src = static_cast<const char*>(args.sendbuf);
+  const char* src = static_cast<const char*>(sendbuf);
   if (me < 2 * extras) {
-    ex.recvReduce(me - 1, folded.get(), src, args.count, args.dtype, args.op);
+    ex.recvReduce(rankOf(me - 1), folded.get(), src, count, args.dtype, args.op);
     ex.wait();
     src = folded.get();
   }
-  char* out = static_cast<char*>(args.recvbuf);
+  char* out = static_cast<char*>(recvbuf);
   const int q = me < 2 * extras ? me / 2 : me - extras;
-  const Blocks blocks{args.count, p};
+  const Blocks blocks{count, p};
   // Elements of blocks [lo, lo + len).
   auto first = [&](int lo) { return blocks.first(lo); };
   auto elems = [&](int lo, int len) { return blocks.first(lo + len) - blocks.first(lo); };
   int lo = 0, len = p;
   for (int mask = p / 2; mask >= 1; mask /= 2) {
-    const int peer = recDoublingRank(q ^ mask, extras);
+    const int peer = rankOf(recDoublingRank(q ^ mask, extras));
     len /= 2;
     const int keep = (q & mask) ? lo + len : lo, give = (q & mask) ? lo : lo + len;
     if (elems(give, len) > 0) ex.send(peer, src + first(give) * esize, elems(give, len) * esize);
@@ -365,7 +381,7 @@ void rabenseifnerRun(Exchange& ex, const CollArgs& args) {
   }
   if (p == 1 && src != out) ex.device().copy(out, src, bytes, CopyKind::kDeviceToDevice);
   for (int mask = 1; mask < p; mask *= 2) {
-    const int peer = recDoublingRank(q ^ mask, extras);
+    const int peer = rankOf(recDoublingRank(q ^ mask, extras));
     const int theirs = lo ^ mask;  // my range is mask blocks at lo; theirs is beside it
     if (elems(lo, mask) > 0) ex.send(peer, out + first(lo) * esize, elems(lo, mask) * esize);
     if (elems(theirs, mask) > 0) {
@@ -375,9 +391,15 @@ void rabenseifnerRun(Exchange& ex, const CollArgs& args) {
     lo = std::min(lo, theirs);
   }
   if (me < 2 * extras) {
-    ex.send(me - 1, out, bytes);
+    ex.send(rankOf(me - 1), out, bytes);
     ex.wait();
   }
+}
+
+void rabenseifnerRun(Exchange& ex, const CollArgs& args) {
+  std::vector<int> all(ex.nranks());
+  for (int r = 0; r < ex.nranks(); ++r) all[r] = r;
+  rabenseifnerOver(ex, args, all, ex.rank(), args.sendbuf, args.recvbuf, args.count);
 }
 
 bool recDoublingSupports(const CollArgs& args, const Exchange& ex) {

@@ -149,11 +149,18 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
     } else if (algorithm == "hierarchical") {
       XCCL_CHECK_ARG(multi && L >= 2, "hierarchical needs 2+ hosts of 2+ ranks each");
       f.shmHops = 2.0 * (L - 1);
-      f.netHops = 2.0 * (H - 1);
+      // Its step 2 as the library runs it: a ring, or from XCCL_HIERARCHICAL_LOG_MIN_HOSTS
+      // hosts Rabenseifner over the column (2 log2 of the power of two below H rounds, two
+      // more with a fold; the fold's pairs move the column's block twice more).
+      const int ph = 1 << log2Floor(H);
+      const bool logColumn = H >= readTuning().hierarchicalLogMinHosts;
+      f.netHops = logColumn ? 2.0 * log2Floor(H) + (ph != H ? 2 : 0) : 2.0 * (H - 1);
+      // The fold and unfold: each of the host's L columns moves its S/L block twice more.
+      if (logColumn && ph != H) f.netBytes += 2.0 * S;
       f.shmBytes = 2.0 * (L - 1) / L * S;
-      f.netBytes = 2.0 * (H - 1) / H * S;  // L columns of S/L each share the NIC
+      f.netBytes += 2.0 * (H - 1) / H * S;  // L columns of S/L each share the NIC
       f.reduceBytes = (L - 1.0) / L * S + (H - 1.0) / H * S / L;
-      f.messages = 2.0 * (L - 1 + H - 1);
+      f.messages = 2.0 * (L - 1) + 2.0 * f.netHops;
     } else if (algorithm == "twolevel") {
       XCCL_CHECK_ARG(multi, "twolevel needs 2+ hosts");
       f.shmHops = 2;

@@ -118,7 +118,7 @@ struct Tuning {
   int64_t allreduceDirectMax = 0, broadcastDirectMax = 0, reduceDirectMax = 0,
           allgatherDirectMax = 0, reducescatterDirectMax = 0, twolevelMinHosts = 0,
           hierarchicalMin = 0, directTempMax = 0, recdoublingMinRanks = 0, rabenseifnerMinRanks = 0,
-          rabenseifnerMax = 0;
+          rabenseifnerMax = 0, hierarchicalLogMinHosts = 0;
   size_t ringSlice = 0, chainChunk = 0;  // bytes per message; SIZE_MAX: uncut
 };
 // Reads and checks every knob of the table (InvalidUsage for a bad XCCL_ALGO).

@@ -51,6 +51,13 @@ XCCL_PARAM(RabenseifnerMax, "RABENSEIFNER_MAX", 4 << 20, 0, kKnobMax)
 // for each other: below ~2 MiB on a fast link the flat ring's single pipeline wins;
 // BENCHMARKS.md section 10).
 XCCL_PARAM(HierarchicalMin, "HIERARCHICAL_MIN", 2 << 20, 0, kKnobMax)
+// From this many hosts on, hierarchical's allreduce across hosts (its step 2) is Rabenseifner's
+// 2 log2 H rounds instead of a ring's 2(H-1) (docs/SIMULATOR.md: the ring column's network
+// latencies dominate at thousands of ranks). Not from 4: there, on 1 Gbit/s namespace hosts,
+// the log schedule was 1.3-1.6 x faster at 8 B but 7 % slower at 4 MiB, the sizes hierarchical
+// is chosen for (its rounds wait for each other where the ring's slices overlap); 16 is where
+// the saved latencies (22 rounds) outweigh that on 100 Gbit/s links, by the cost model.
+XCCL_PARAM(HierarchicalLogMinHosts, "HIERARCHICAL_LOG_MIN_HOSTS", 16, 2, kKnobMax)
 // Knobs of the schedules (Tuning, exchange.h).
 XCCL_PARAM(RingSlice, "RING_SLICE", 512 << 10, kKnobMin, kKnobMax)  // ring message size
 XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10, kKnobMin,
@@ -149,6 +156,7 @@ Tuning readTuning() {
   t.rabenseifnerMinRanks = xcclParamRabenseifnerMinRanks();
   t.rabenseifnerMax = xcclParamRabenseifnerMax();
   t.hierarchicalMin = xcclParamHierarchicalMin();
+  t.hierarchicalLogMinHosts = xcclParamHierarchicalLogMinHosts();
   t.directTempMax = xcclParamDirectTempMax();
   t.ringSlice = algo::pieceBytesKnob(xcclParamRingSlice());
   t.chainChunk = algo::pieceBytesKnob(xcclParamChainChunk());
