@@ -2,7 +2,7 @@
 """Calibrate the cost model (`xccl-topo simulate`, docs/SIMULATOR.md) against measured runs on
 this host, check it on runs it was not fitted to, and draw what it predicts for a cluster.
 
-1. Measure: `xccl-tests all_reduce|broadcast -p N` with each algorithm forced (XCCL_ALGO),
+1. Measure: `xccl-tests <collective> -p N` with each algorithm forced (XCCL_ALGO),
    at a few sizes and rank counts (N processes on this machine's cores: past the core count
    the ranks time-slice, which the model covers with its `cores` term).
 2. Fit: the model is linear in its constants (CostFeatures x CostParams), so the constants
@@ -54,6 +54,9 @@ PLAN = [
     ("allreduce", ["ring", "direct", "recdoubling", "rabenseifner"], [2, 4, 8], [3, 16],
      [8, 4096, 262144, 2097152]),
     ("broadcast", ["chain", "direct", "tree"], [], [2, 4, 8], [8, 262144, 2097152]),
+    ("reduce", ["chain", "direct", "tree"], [], [2, 4, 8], [8, 262144, 2097152]),
+    ("allgather", ["ring", "direct"], [], [2, 4, 8], [8192, 262144, 2097152]),
+    ("reducescatter", ["ring", "direct"], [], [2, 4, 8], [8192, 262144, 2097152]),
 ]
 # The fitted constants, in the order of the feature columns (shm/reduce bytes become
 # microseconds per byte; the parameters file wants GB/s).

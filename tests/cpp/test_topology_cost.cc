@@ -28,13 +28,15 @@ xccl::topo::Plan planOf(int hosts, int perHost) {
   return xccl::topo::planRanks(xccl::topo::systemOfHosts(hosts), places, 1);
 }
 
-TEST(CostModel, RingOnOneHostTakesTwoNMinusOneStepsAndMovesTwiceTheBufferLessAShare) {
+// Copies: 2(n-1)/n of the buffer sent, and the allgather half of the receipts (the
+// reduce-scatter half is reduced on arrival).
+TEST(CostModel, RingOnOneHostTakesTwoNMinusOneStepsAndCopiesThreeHalvesOfItsTraffic) {
   const auto plan = planOf(1, 8);
   const double S = 8 << 20;
   CostFeatures f = costFeatures("ring", CollType::kAllReduce, 8 << 20, plan, 0);
   EXPECT_DOUBLE_EQ(f.shmHops, 14);
   EXPECT_DOUBLE_EQ(f.netHops, 0);
-  EXPECT_DOUBLE_EQ(f.shmBytes, 2.0 * 7 / 8 * S);
+  EXPECT_DOUBLE_EQ(f.shmBytes, 3.0 * 7 / 8 * S);
   EXPECT_DOUBLE_EQ(f.reduceBytes, 7.0 / 8 * S);
   EXPECT_DOUBLE_EQ(f.netBytes, 0);
 }
@@ -109,6 +111,20 @@ TEST(CostModel, SmallMessagesFavourFewHopsAndLargeOnesFewBytes) {
   EXPECT_THROW(costFeatures("ring", CollType::kAllToAll, 8, plan, 0), xccl::InvalidArgument);
   EXPECT_THROW(costFeatures("hierarchical", CollType::kAllReduce, 8, plan, 0),
                xccl::InvalidArgument);  // one host
+}
+
+TEST(CostModel, AllgatherAndReducescatterMoveTheOtherRanksShares) {
+  const auto plan = planOf(1, 4);
+  const double S = 4 << 20;
+  CostFeatures ag = costFeatures("ring", CollType::kAllGather, 4 << 20, plan, 0);
+  EXPECT_DOUBLE_EQ(ag.shmHops, 3);
+  EXPECT_DOUBLE_EQ(ag.shmBytes, 2 * 3 * S / 4);  // shares sent and received
+  EXPECT_DOUBLE_EQ(ag.reduceBytes, 0);
+  CostFeatures rs = costFeatures("direct", CollType::kReduceScatter, 4 << 20, plan, 0);
+  EXPECT_DOUBLE_EQ(rs.shmHops, 1);
+  EXPECT_DOUBLE_EQ(rs.reduceBytes, 3 * S / 4);
+  CostFeatures rd = costFeatures("direct", CollType::kReduce, 4096, plan, 0);
+  EXPECT_DOUBLE_EQ(rd.reduceBytes, 3 * 4096.0);  // the root folds every input
 }
 
 TEST(CostModel, BroadcastChainPipelinesAndTheTreeIsLogDeep) {

@@ -7,7 +7,7 @@
 //                                            the rings, hierarchy and algorithm per size
 //   xccl-topo show --html out.html [--topo-file F] [--nranks N]
 //                                            a self-contained page drawing the system
-//   xccl-topo simulate [--topo-file F] [--hosts H] --nranks N [--coll allreduce|broadcast]
+//   xccl-topo simulate [--topo-file F] [--hosts H] --nranks N [--coll allreduce|broadcast|...]
 //                      [--sizes 8,64K,1M] [--params F] [--cores C] [--json]
 //                                            predicted time per algorithm, and the
 //                                            selector's pick (docs/SIMULATOR.md)
@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 16));
   sim->add_option("-n,--nranks", nranks, "ranks")->required()->check(CLI::Range(1, 1 << 20));
   sim->add_option("--ranks-per-host", perHost, "ranks per host (default: nranks / hosts)");
-  sim->add_option("--coll", so.coll, "allreduce or broadcast")->capture_default_str();
+  sim->add_option("--coll", so.coll, "allreduce, broadcast, reduce, allgather, reducescatter")
+      ->capture_default_str();
   sim->add_option("--sizes", sizes, "bytes of the buffer, comma-separated (K, M, G)")
       ->capture_default_str();
   sim->add_option("--params", so.paramsFile, "cost parameters (bench/bench_simulate.py fits them)");

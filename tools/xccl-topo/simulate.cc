@@ -71,7 +71,12 @@ namespace {
 CollType collType(const std::string& name) {
   if (name == "allreduce") return CollType::kAllReduce;
   if (name == "broadcast") return CollType::kBroadcast;
-  throw InvalidArgument(strCat("--coll ", name, ": the model covers allreduce and broadcast"));
+  if (name == "reduce") return CollType::kReduce;
+  if (name == "allgather") return CollType::kAllGather;
+  if (name == "reducescatter") return CollType::kReduceScatter;
+  throw InvalidArgument(strCat("--coll ", name,
+                               ": the model covers allreduce, broadcast, "
+                               "reduce, allgather and reducescatter"));
 }
 
 std::string sizeLabel(size_t b) {
@@ -91,7 +96,9 @@ std::string fmt(double v, int prec) {
 double busbw(CollType t, size_t bytes, int n, double us) {
   if (us <= 0) return 0;
   const double algbw = static_cast<double>(bytes) / (us * 1e3);
-  return t == CollType::kAllReduce ? algbw * 2.0 * (n - 1) / n : algbw;
+  if (t == CollType::kAllReduce) return algbw * 2.0 * (n - 1) / n;
+  if (t == CollType::kAllGather || t == CollType::kReduceScatter) return algbw * (n - 1) / n;
+  return algbw;
 }
 
 }  // namespace
@@ -147,6 +154,8 @@ std::string simulate(const System& sys, const std::vector<Place>& places,
     args.type = type;
     args.dtype = xcclFloat32;
     args.count = bytes / 4;
+    // allgather's and reducescatter's count is each rank's share (the whole buffer / n)
+    if (type == CollType::kAllGather || type == CollType::kReduceScatter) args.count /= n;
     const std::string picked = n > 1 ? xccl::selectAlgorithm(args, ex).name : "local";
     struct Row {
       std::string name;

@@ -79,6 +79,11 @@ std::vector<std::string> modelledAlgorithms(CollType type) {
       return {"ring", "direct", "recdoubling", "rabenseifner", "hierarchical", "twolevel"};
     case CollType::kBroadcast:
       return {"chain", "direct", "tree"};
+    case CollType::kReduce:
+      return {"chain", "direct", "tree"};
+    case CollType::kAllGather:
+    case CollType::kReduceScatter:
+      return {"ring", "direct"};
     default:
       return {};
   }
@@ -104,15 +109,19 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
     if (algorithm == "ring") {
       const double steps = 2.0 * (n - 1);
       hops(steps, multi);  // the ring advances at its slowest edge
-      const double moved = 2.0 * (n - 1) / n * S;
-      (multi ? f.netBytes : f.shmBytes) += moved;  // one ring edge leaves each host
+      // Sends 2(n-1)/n S, receives half of it reduced on arrival and half copied.
+      if (multi) {
+        f.netBytes = 2.0 * (n - 1) / n * S;  // one ring edge leaves each host
+      } else {
+        f.shmBytes = 3.0 * (n - 1) / n * S;
+      }
       f.reduceBytes = (n - 1.0) / n * S;
       f.messages = steps * std::max(1.0, std::ceil(S / n / kRingSlice));
     } else if (algorithm == "direct") {
       hops(1, multi);
-      f.shmBytes = (n - 1.0) * S;  // n-1 inputs land in this rank's rings
+      f.shmBytes = 2.0 * (n - 1) * S;  // its input to n-1 peers, n-1 inputs into temporaries
       if (multi) f.netBytes = static_cast<double>(L) * (n - L) * S;
-      f.reduceBytes = (n - 1.0) * S;
+      f.reduceBytes = (n - 1.0) * S;  // the fold
       f.messages = 2.0 * (n - 1);
     } else if (algorithm == "recdoubling") {
       // Rounds whose partner distance is at least L leave the host (ranks host-contiguous);
@@ -122,7 +131,8 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
       const int rounds = lg + (extra ? 2 : 0);
       hops(rounds - cross, false);
       hops(cross, true);
-      f.shmBytes = (rounds - cross) * S;
+      // Each round sends the partial and reduces the partner's on arrival; the unfold copies.
+      f.shmBytes = (rounds - cross) * S + (extra ? S : 0);
       f.netBytes = static_cast<double>(cross) * L * S;
       f.reduceBytes = (lg + (extra ? 1 : 0)) * S;
       f.messages = 2.0 * rounds;
@@ -131,7 +141,7 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
       double shm = 0, net = 0;
       int cross = 0;
       for (int mask = 1; mask < p; mask <<= 1) {
-        const double moved = 2.0 * S * mask / p;
+        const double moved = 2.0 * S * mask / p;  // sent in the halving and the doubling
         if (multi && mask >= L) {
           net += moved * L;
           ++cross;
@@ -142,7 +152,8 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
       const int rounds = 2 * lg + (extra ? 2 : 0);
       hops(rounds - 2 * cross, false);
       hops(2 * cross, true);
-      f.shmBytes = shm + (extra ? 2 * S : 0);
+      // Sends (above), the doubling's receipts copied, and the fold's send, the unfold's copy.
+      f.shmBytes = shm + (p - 1.0) / p * S + (extra ? 2 * S : 0);
       f.netBytes = net;
       f.reduceBytes = (p - 1.0) / p * S + (extra ? S : 0);
       f.messages = 2.0 * rounds;
@@ -157,7 +168,8 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
       f.netHops = logColumn ? 2.0 * log2Floor(H) + (ph != H ? 2 : 0) : 2.0 * (H - 1);
       // The fold and unfold: each of the host's L columns moves its S/L block twice more.
       if (logColumn && ph != H) f.netBytes += 2.0 * S;
-      f.shmBytes = 2.0 * (L - 1) / L * S;
+      // Along the host: the reduce-scatter sends, the allgather sends and copies.
+      f.shmBytes = 3.0 * (L - 1) / L * S;
       f.netBytes += 2.0 * (H - 1) / H * S;  // L columns of S/L each share the NIC
       f.reduceBytes = (L - 1.0) / L * S + (H - 1.0) / H * S / L;
       f.messages = 2.0 * (L - 1) + 2.0 * f.netHops;
@@ -177,24 +189,71 @@ CostFeatures costFeatures(const std::string& algorithm, CollType type, size_t by
       const double chunks = std::max(1.0, std::ceil(S / kChainChunk));
       const double stages = (n - 1) + chunks - 1;  // the pipeline's fill, then one per chunk
       hops(stages, multi);
-      (multi ? f.netBytes : f.shmBytes) += stages * std::min(S, kChainChunk);
+      // Each stage: a chunk received (copied) and forwarded (copied again).
+      (multi ? f.netBytes : f.shmBytes) += (multi ? 1 : 2) * stages * std::min(S, kChainChunk);
       f.messages = 2.0 * chunks;
     } else if (algorithm == "direct") {
       hops(1, multi);
-      f.shmBytes = (n - 1.0) * S;  // the root writes every copy
+      f.shmBytes = static_cast<double>(n) * S;  // the root writes every copy, one is read
       if (multi) f.netBytes = (n - L) * S;
       f.messages = n - 1.0;
     } else if (algorithm == "tree") {
       const int depth = log2Floor(n) + ((n & (n - 1)) != 0 ? 1 : 0);
       hops(depth, multi);
-      (multi ? f.netBytes : f.shmBytes) += depth * S;
+      (multi ? f.netBytes : f.shmBytes) += (multi ? 1 : 2) * depth * S;  // sent, received
       f.messages = 2.0 * depth;
     } else {
       throw InvalidArgument(strCat("the cost model has no broadcast '", algorithm, "'"));
     }
+  } else if (type == CollType::kReduce) {
+    // broadcast's schedules run backwards, each stage reducing what it passes on
+    if (algorithm == "chain") {
+      const double chunks = std::max(1.0, std::ceil(S / kChainChunk));
+      const double stages = (n - 1) + chunks - 1;
+      hops(stages, multi);
+      // Each stage: a chunk reduced on arrival, then sent on.
+      (multi ? f.netBytes : f.shmBytes) += stages * std::min(S, kChainChunk);
+      f.reduceBytes = stages * std::min(S, kChainChunk);
+      f.messages = 2.0 * chunks;
+    } else if (algorithm == "direct") {
+      hops(1, multi);
+      f.shmBytes = (n - 1.0) * S;  // the root copies every input into a temporary
+      if (multi) f.netBytes = (n - L) * S;
+      f.reduceBytes = (n - 1.0) * S;  // and folds them
+      f.messages = n - 1.0;
+    } else if (algorithm == "tree") {
+      const int depth = log2Floor(n) + ((n & (n - 1)) != 0 ? 1 : 0);
+      hops(depth, multi);
+      (multi ? f.netBytes : f.shmBytes) += depth * S;  // each level: sent, reduced on arrival
+      f.reduceBytes = depth * S;
+      f.messages = 2.0 * depth;
+    } else {
+      throw InvalidArgument(strCat("the cost model has no reduce '", algorithm, "'"));
+    }
+  } else if (type == CollType::kAllGather || type == CollType::kReduceScatter) {
+    // S is the whole buffer (allgather's output, reducescatter's input), S/n per rank.
+    const bool reduces = type == CollType::kReduceScatter;
+    const double block = S / n;
+    if (algorithm == "ring") {
+      hops(n - 1.0, multi);
+      // n-1 shares sent; received copied (allgather) or reduced on arrival (reducescatter).
+      (multi ? f.netBytes : f.shmBytes) += (multi || reduces ? 1 : 2) * (n - 1.0) * block;
+      if (reduces) f.reduceBytes = (n - 1.0) * block;
+      f.messages = (n - 1.0) * std::max(1.0, std::ceil(block / kRingSlice));
+    } else if (algorithm == "direct") {
+      hops(1, multi);
+      f.shmBytes = 2.0 * (n - 1) * block;  // shares sent, and received into place or temporaries
+      if (multi) f.netBytes = static_cast<double>(L) * (n - L) * block;
+      if (reduces) f.reduceBytes = (n - 1.0) * block;  // the fold
+      f.messages = 2.0 * (n - 1);
+    } else {
+      throw InvalidArgument(strCat("the cost model has no ", collName(type), " '", algorithm, "'"));
+    }
   } else {
     throw InvalidArgument(
-        strCat("the cost model covers allreduce and broadcast, not ", collName(type)));
+        strCat("the cost model covers allreduce, broadcast, reduce, "
+               "allgather and reducescatter, not ",
+               collName(type)));
   }
   // More ranks than cores: each rank runs 1/over of the time, and every CPU-side unit
   // stretches by that much (the NIC does not).

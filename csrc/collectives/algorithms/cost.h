@@ -23,9 +23,9 @@ namespace xccl {
 struct CostFeatures {
   double shmHops = 0;      // message latencies between ranks of a host, on the critical path
   double netHops = 0;      // message latencies across hosts
-  double shmBytes = 0;     // bytes through one rank's host-memory path, critical path
+  double shmBytes = 0;     // bytes one rank copies (sends, and receipts not reduced on arrival)
   double netBytes = 0;     // bytes through the busiest NIC direction of a host
-  double reduceBytes = 0;  // bytes one rank reduces (output bytes)
+  double reduceBytes = 0;  // bytes one rank reduces (on arrival, or folding temporaries)
   double messages = 0;     // messages one rank posts (CPU cost each)
 };
 
@@ -46,7 +46,8 @@ struct CostParams {
   std::string format() const;
 };
 
-// The algorithms the model covers for `type` (allreduce, broadcast); empty otherwise.
+// The algorithms the model covers for `type` (allreduce, broadcast, reduce, allgather,
+// reducescatter); empty otherwise.
 std::vector<std::string> modelledAlgorithms(CollType type);
 
 // Units `algorithm` spends for one call of `bytes` bytes (the whole buffer) on `plan`, with
