@@ -56,38 +56,6 @@ thread_local WorkStreams tlsStreams;
 
 using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-// Shareable memory this process allocated, by handle text: a rank of this process that opens
-// it (ranks as threads, xccl-tests -g) uses the pointer, since CUDA IPC refuses to open a
-// handle in the process that made it.
-struct LocalShared {
-  void* ptr;
-  int device;
-};
-std::mutex localMu;
-std::map<std::string, LocalShared> localShared;
-
-std::string toHex(const void* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n; ++i) {
-    s += digits[b[i] >> 4];
-    s += digits[b[i] & 15];
-  }
-  return s;
-}
-
-bool fromHex(const std::string& s, void* out, size_t n) {
-  if (s.size() != 2 * n) return false;
-  auto* b = static_cast<unsigned char*>(out);
-  for (size_t i = 0; i < n; ++i) {
-    unsigned v = 0;
-    if (std::sscanf(s.c_str() + 2 * i, "%2x", &v) != 1) return false;
-    b[i] = static_cast<unsigned char>(v);
-  }
-  return true;
-}
-
 // Adds a scope's wall time (and bytes) to one of the device's counters, when they are on.
 class Timed {
  public:
@@ -277,15 +245,7 @@ const void* CudaDevice::deviceView(const void* p) const {
 void CudaDevice::copy(void* dst, const void* src, size_t bytes, CopyKind) {
   if (bytes == 0) return;
   Timed t(statsOn_, stats_[kStatCopy], bytes);
-  if (Hold* h = execRunning()) {
-    cuda::ExecCommand c{};
-    c.kind = cuda::kExecCopy;
-    c.count = bytes;
-    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
-    c.a = reinterpret_cast<uintptr_t>(deviceView(src));
-    execPost(h, &c);
-    return;
-  }
+  if (execStep(cuda::kExecCopy, xcclUint8, xcclSum, bytes, dst, src, nullptr, 0)) return;
   current();
   finish(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(workStream())),
@@ -299,18 +259,7 @@ void CudaDevice::reduce(void* dst, const void* a, const void* b, size_t count, x
              static_cast<int>(dtype));
   Timed t(statsOn_, stats_[kStatReduce], count * dtypeSize(dtype));
   if (count == 0) return;
-  if (Hold* h = execRunning()) {
-    cuda::ExecCommand c{};
-    c.kind = cuda::kExecReduce;
-    c.dtype = static_cast<uint32_t>(dtype);
-    c.op = static_cast<uint32_t>(op);
-    c.count = count;
-    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
-    c.a = reinterpret_cast<uintptr_t>(deviceView(a));
-    c.b = reinterpret_cast<uintptr_t>(deviceView(b));
-    execPost(h, &c);
-    return;
-  }
+  if (execStep(cuda::kExecReduce, dtype, op, count, dst, a, b, 0)) return;
   current();
   finish(cuda::launchReduce(dst, deviceView(a), deviceView(b), count, dtype, op,
                             static_cast<cudaStream_t>(workStream())),
@@ -323,17 +272,9 @@ void CudaDevice::scale(void* dst, const void* src, size_t count, xcclDataType_t 
                  static_cast<int>(dtype));
   Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
   if (count == 0) return;
-  if (Hold* h = execRunning()) {
-    cuda::ExecCommand c{};
-    c.kind = cuda::kExecScale;
-    c.dtype = static_cast<uint32_t>(dtype);
-    c.count = count;
-    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
-    c.a = reinterpret_cast<uintptr_t>(deviceView(src));
-    std::memcpy(&c.scalar, scalar, dtypeSize(dtype));
-    execPost(h, &c);
-    return;
-  }
+  uint64_t bits = 0;  // the scalar's bytes, as the executor reads them
+  std::memcpy(&bits, scalar, dtypeSize(dtype));
+  if (execStep(cuda::kExecScale, dtype, xcclSum, count, dst, src, nullptr, bits)) return;
   current();
   finish(cuda::launchScale(dst, deviceView(src), count, dtype, scalar,
                            static_cast<cudaStream_t>(workStream())),
@@ -346,14 +287,8 @@ void CudaDevice::divide(void* dst, size_t count, xcclDataType_t dtype, int64_t d
                  static_cast<int>(dtype));
   Timed t(statsOn_, stats_[kStatScale], count * dtypeSize(dtype));
   if (count == 0) return;
-  if (Hold* h = execRunning()) {
-    cuda::ExecCommand c{};
-    c.kind = cuda::kExecDivide;
-    c.dtype = static_cast<uint32_t>(dtype);
-    c.count = count;
-    c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
-    c.scalar = static_cast<uint64_t>(divisor);
-    execPost(h, &c);
+  if (execStep(cuda::kExecDivide, dtype, xcclSum, count, dst, nullptr, nullptr,
+               static_cast<uint64_t>(divisor))) {
     return;
   }
   current();
@@ -479,94 +414,6 @@ void CudaDevice::streamFail(void* token, const std::string& why) {
   }
   __atomic_store_n(h->flag, 2u, __ATOMIC_RELEASE);
   h->busy = false;
-}
-
-void* CudaDevice::allocShared(size_t bytes, std::string* handle) {
-  // cudaMalloc, not the pool allocator: IPC exports only such memory. Made at communicator
-  // creation and freed at its destruction, when none of its holds is pending.
-  current();
-  void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc of a payload lane");
-  cudaIpcMemHandle_t h{};
-  cudaError_t e = cudaIpcGetMemHandle(&h, p);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    cudaFree(p);
-    XCCL_INFO(SHM, "cuda:", ordinal_, ": no CUDA IPC (", cudaGetErrorString(e),
-              "); payloads go through host rings");
-    return nullptr;
-  }
-  *handle = toHex(&h, sizeof(h));
-  std::lock_guard<std::mutex> g(localMu);
-  localShared[*handle] = LocalShared{p, ordinal_};
-  return p;
-}
-
-void* CudaDevice::openShared(const std::string& handle, int ownerPid, size_t) {
-  current();
-  if (ownerPid == static_cast<int>(getpid())) {
-    LocalShared local{};
-    {
-      std::lock_guard<std::mutex> g(localMu);
-      auto it = localShared.find(handle);
-      XCCL_CHECK(it != localShared.end(),
-                 "cuda: a shared-memory handle of this process that it "
-                 "did not make");
-      local = it->second;
-    }
-    if (local.device != ordinal_) {
-      int can = 0;
-      cudaDeviceCanAccessPeer(&can, ordinal_, local.device);
-      if (!can) {
-        throw InvalidUsage(strCat("cuda:", ordinal_, " cannot read cuda:", local.device,
-                                  "'s memory (no peer access): set XCCL_SHM_LANE=0"));
-      }
-      cudaError_t e = cudaDeviceEnablePeerAccess(local.device, 0);
-      if (e == cudaErrorPeerAccessAlreadyEnabled) {
-        cudaGetLastError();
-      } else {
-        check(e, "cudaDeviceEnablePeerAccess");
-      }
-    }
-    return local.ptr;
-  }
-  cudaIpcMemHandle_t h{};
-  if (!fromHex(handle, &h, sizeof(h))) {
-    throw RemoteError(strCat("cuda: malformed IPC handle from pid ", ownerPid));
-  }
-  void* p = nullptr;
-  cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw InvalidUsage(strCat("cuda:", ordinal_, ": cannot map pid ", ownerPid,
-                              "'s device memory (cudaIpcOpenMemHandle: ", cudaGetErrorString(e),
-                              "); set XCCL_SHM_LANE=0 to stage through host memory"));
-  }
-  std::lock_guard<std::mutex> g(mu_);
-  ipcOpened_.insert(p);
-  return p;
-}
-
-void CudaDevice::closeShared(void* ptr, size_t, bool owner) {
-  if (ptr == nullptr) return;
-  if (owner) {
-    {
-      std::lock_guard<std::mutex> g(localMu);
-      for (auto it = localShared.begin(); it != localShared.end(); ++it) {
-        if (it->second.ptr == ptr) {
-          localShared.erase(it);
-          break;
-        }
-      }
-    }
-    current();
-    if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
-    return;
-  }
-  std::lock_guard<std::mutex> g(mu_);
-  if (ipcOpened_.erase(ptr) == 0) return;  // this process's own memory, opened by pointer
-  current();
-  if (cudaIpcCloseMemHandle(ptr) != cudaSuccess) cudaGetLastError();
 }
 
 }  // namespace xccl

@@ -6,9 +6,9 @@
 //   kernels    kernels.cu: reduce / scale / divide for every dtype and op
 //   staging    transports' host rings are registered (cudaHostRegister, mapped) so kernels
 //              read them in place
-//   shared     payload lanes of the shared-memory transport live in device memory exported
-//              with cudaIpcGetMemHandle: ranks on one host move payloads device to device,
-//              also two ranks on one GPU (NCCL refuses those; we allow them)
+//   shared     (cuda_shared.cc) payload lanes of the shared-memory transport live in device
+//              memory exported with cudaIpcGetMemHandle: ranks on one host move payloads device to
+//              device, also two ranks on one GPU (NCCL refuses those; we allow them)
 //   ordering   streamCapture = an event recorded on the caller's stream; streamHold = the
 //              stream waits on a word of mapped host memory (cuStreamWaitValue32, or a
 //              one-thread spin kernel) that streamResume sets, and the steps are CUDA calls
@@ -91,7 +91,12 @@ class CudaDevice : public Device {
   void execSetup();
   bool execPrepare(Hold* h);  // the hold's mailbox and word (false: none left)
   void execLaunch(Hold* h, void* stream);
-  void execWaitStarted(Capture* c);             // streamWait of a collective with an executor
+  void execWaitStarted(Capture* c);  // streamWait of a collective with an executor
+  // One step (cuda::ExecKind; count in bytes for a copy, elements otherwise) through the
+  // calling thread's running executor, synchronously; false when it has none (XCCL_CUDA_HOLD
+  // is not exec, or no collective of this thread is running): the caller launches it itself.
+  bool execStep(uint32_t kind, xcclDataType_t dtype, xcclRedOp_t op, size_t count, void* dst,
+                const void* a, const void* b, uint64_t scalar);
   Hold* execRunning() const;                    // the calling thread's running executor, or null
   void execPost(Hold* h, const void* command);  // one step, synchronously
   void execStop(Hold* h, uint32_t how);         // 1 done, 2 failed

@@ -132,6 +132,23 @@ CudaDevice::Hold* CudaDevice::execRunning() const {
   return nullptr;
 }
 
+bool CudaDevice::execStep(uint32_t kind, xcclDataType_t dtype, xcclRedOp_t op, size_t count,
+                          void* dst, const void* a, const void* b, uint64_t scalar) {
+  Hold* h = execRunning();
+  if (h == nullptr) return false;
+  cuda::ExecCommand c{};
+  c.kind = kind;
+  c.dtype = static_cast<uint32_t>(dtype);
+  c.op = static_cast<uint32_t>(op);
+  c.count = count;
+  c.dst = reinterpret_cast<uintptr_t>(deviceView(dst));
+  c.a = reinterpret_cast<uintptr_t>(deviceView(a));
+  c.b = reinterpret_cast<uintptr_t>(deviceView(b));
+  c.scalar = scalar;
+  execPost(h, &c);
+  return true;
+}
+
 void CudaDevice::execPost(Hold* h, const void* command) {
   cuda::ExecMailbox* mb = h->mailbox;
   std::memcpy(static_cast<void*>(&mb->cmd), command, sizeof(cuda::ExecCommand));
