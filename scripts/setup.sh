@@ -16,6 +16,7 @@ command -v g++ >/dev/null || need_apt+=(g++)
 command -v ip >/dev/null || need_apt+=(iproute2)  # hosts made of network namespaces (tests)
 command -v ccache >/dev/null || need_apt+=(ccache)  # compiles seen before are not repeated
 command -v clang-format >/dev/null || need_apt+=(clang-format)  # scripts/lint.sh (Debian 12: 14)
+command -v clang-tidy >/dev/null || need_apt+=(clang-tidy)  # scripts/tidy.py, in CI's lint
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -38,7 +39,9 @@ $PY -c "import transformers, accelerate" 2>/dev/null \
 # ccache (XCCL_CCACHE=0 to compile without it): a compile this machine has done before, in
 # any checkout (paths are taken relative to the checkout), is taken from ~/.cache/ccache.
 source scripts/ccache_env.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${CCACHE_CMAKE_ARGS[@]}" >/dev/null
+# compile_commands.json: the flags scripts/tidy.py gives clang-tidy.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+  "${CCACHE_CMAKE_ARGS[@]}" >/dev/null
 cmake --build build -j"$(nproc)"
 
 # --no-build-isolation: build against the torch installed above, never fetch another.

@@ -1,5 +1,6 @@
 #include "sha256.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace xccl {
@@ -20,7 +21,7 @@ inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 void compress(uint32_t state[8], const uint8_t block[64]) {
   uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
+  for (size_t i = 0; i < 16; ++i) {
     w[i] = (uint32_t(block[4 * i]) << 24) | (uint32_t(block[4 * i + 1]) << 16) |
            (uint32_t(block[4 * i + 2]) << 8) | uint32_t(block[4 * i + 3]);
   }
@@ -72,7 +73,7 @@ std::array<uint8_t, 32> sha256(const void* data, size_t len) {
   compress(state, tail);
   if (tailLen == 128) compress(state, tail + 64);
   std::array<uint8_t, 32> out{};
-  for (int i = 0; i < 8; ++i) {
+  for (size_t i = 0; i < 8; ++i) {
     out[4 * i] = static_cast<uint8_t>(state[i] >> 24);
     out[4 * i + 1] = static_cast<uint8_t>(state[i] >> 16);
     out[4 * i + 2] = static_cast<uint8_t>(state[i] >> 8);
@@ -87,7 +88,7 @@ std::array<uint8_t, 32> hmacSha256(const std::string& key, const std::string& me
     auto hk = sha256(key.data(), key.size());
     std::memcpy(k, hk.data(), hk.size());
   } else {
-    std::memcpy(k, key.data(), key.size());
+    std::copy(key.begin(), key.end(), k);
   }
   std::string inner(64, '\0'), outer(64, '\0');
   for (int i = 0; i < 64; ++i) {

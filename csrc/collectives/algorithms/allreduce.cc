@@ -181,6 +181,7 @@ void hierarchicalRun(Exchange& ex, const CollArgs& args) {
   const auto& run = hosts[host];
   const int local = static_cast<int>(std::find(run.begin(), run.end(), ex.rank()) - run.begin());
   std::vector<int> column;
+  column.reserve(hosts.size());
   for (const auto& h : hosts) column.push_back(h[local]);
 
   Ring intra(ex, args, args.sendbuf, args.recvbuf, args.count, run, local);

@@ -78,7 +78,6 @@ std::vector<std::string> modelledAlgorithms(CollType type) {
     case CollType::kAllReduce:
       return {"ring", "direct", "recdoubling", "rabenseifner", "hierarchical", "twolevel"};
     case CollType::kBroadcast:
-      return {"chain", "direct", "tree"};
     case CollType::kReduce:
       return {"chain", "direct", "tree"};
     case CollType::kAllGather:

@@ -13,7 +13,7 @@ namespace xccl {
 namespace {
 
 // "Reduce_Scatter" -> "reducescatter": the key spelling of collName().
-std::string normalize(std::string s) {
+std::string normalize(const std::string& s) {
   std::string out;
   for (char c : s) {
     if (c == '_' || c == '-' || std::isspace(static_cast<unsigned char>(c))) continue;

@@ -117,6 +117,7 @@ xcclResult_t xcclCommInitAllConfig(xcclComm_t* comms, int ndev, const int* devli
     std::vector<xcclComm_t> made(ndev, nullptr);
     std::vector<std::string> errors(ndev);
     std::vector<std::thread> threads;
+    threads.reserve(ndev);
     for (int i = 0; i < ndev; ++i) {
       threads.emplace_back([&, i] {
         xcclConfig_t cfg = base;

@@ -51,7 +51,7 @@ struct OpEntry {
 };
 
 // The deadline of every operation and of communicator creation (docs/ENV.md).
-XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30 * 60 * 1000, 1, kKnobMax)
+XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30LL * 60 * 1000, 1, kKnobMax)
 // A communicator's timeout in ms: config->timeout_ms when set (> 0), else XCCL_TIMEOUT_MS.
 // config may be NULL (no config).
 int64_t timeoutMsOf(const xcclConfig_t* config);

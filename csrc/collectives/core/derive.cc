@@ -85,6 +85,7 @@ std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConf
   }
   std::sort(mine.begin(), mine.end());
   std::vector<int> members;
+  members.reserve(mine.size());
   for (const auto& kr : mine) members.push_back(kr.second);
   const std::string name = parent.name().empty() ? "" : strCat(parent.name(), "/split", color);
   const xcclConfig_t cfg = childConfig(parent, config, name);

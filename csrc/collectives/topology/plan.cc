@@ -163,6 +163,7 @@ Plan planRanks(const System& sys, const std::vector<Place>& places, int channels
     }
     std::vector<int> order = orderHost(bw, /*cycle=*/oneHost);
     std::vector<int> run;
+    run.reserve(order.size());
     for (int i : order) run.push_back(members[i]);
     members = run;
     ring.insert(ring.end(), run.begin(), run.end());

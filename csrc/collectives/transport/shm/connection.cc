@@ -253,7 +253,7 @@ class ShmConnection : public Connection {
   }
 
   ~ShmConnection() override {
-    close();
+    ShmConnection::close();  // this class's close: no dispatch in a destructor
     device_.unregisterStaging(send_->ring());
     device_.unregisterStaging(recv_->ring());
   }

@@ -86,7 +86,7 @@ class TcpConnection : public Connection {
   }
 
   ~TcpConnection() override {
-    close();
+    TcpConnection::close();  // this class's close: no dispatch in a destructor
     for (Ring* r : {&send_, &recv_}) {
       device_.unregisterStaging(r->data);
       std::free(r->data);
