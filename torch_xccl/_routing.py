@@ -69,14 +69,16 @@ BUILTIN_XCCL_AVAILABLE: bool = bool(_torch_is_xccl_available())
 state: str | None = None
 
 
-def _create(store, rank: int, size: int, timeout, group_name: str = "", ranks=None):
+def _create(store, rank: int, size: int, timeout, group_name: str = "", ranks=None,
+            report_stream_errors: bool = False):
     from . import _C
 
     if timeout is None:
         timeout = getattr(store, "timeout", None) or c10d.default_pg_timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
-    return _C._create_backend(store, rank, size, timeout, group_name or "", list(ranks or []))
+    return _C._create_backend(store, rank, size, timeout, group_name or "", list(ranks or []),
+                              report_stream_errors)
 
 
 class ProcessGroupXCCL:

@@ -6,7 +6,7 @@ that are alive, a failed step is discarded, and a replica that comes back heals 
 one. Its extension point for a communication library is a reconfigurable process group: a
 ``torchft.process_group.ProcessGroupWrapper`` whose ``_create_pg(store, rank, world_size)``
 makes the group of each quorum. :class:`ProcessGroupXCCL` is that, over torch_xccl's backend,
-for cpu tensors (xdev: see the limit below; cuda where torch has it)::
+for cpu and xdev tensors (and cuda where torch has it)::
 
     from torch_xccl.ft import ProcessGroupXCCL
     manager = torchft.Manager(pg=ProcessGroupXCCL(), ...)
@@ -16,12 +16,13 @@ torchft expects of its process groups (its NCCL one learns of failures asynchron
 failure is not raised from ``wait()``: it is recorded and reported by ``errored()``, which the
 Manager reads before committing, so the step is discarded; the next quorum gets a new group.
 
-Limit: on xdev tensors a failed collective also fails the xdev stream it was ordered on (never
-an unreduced output read as a result), and the survivor's next device operation of the step
-torchft is about to discard raises; torchft expects NCCL's behaviour (the stream goes on, the
-failure is only reported). The errors are cleared when the next quorum's group is made, but
-the step raises first. docs/ELASTIC.md. ``examples/elastic/torchft_xccl.py`` runs two replica groups, kills
-one and restarts it (docs/ELASTIC.md).
+On a device (xdev, cuda) a failed collective normally fails the stream it was ordered on, so
+that no kernel reads an unreduced output as a result (docs/RELIABILITY.md). torchft wants
+NCCL's behaviour instead (the stream goes on; the step is discarded because ``errored()`` says
+so), and this group asks libxccl for exactly that: its device communicators are made with
+``xcclStreamErrorsReport``. Safe here only because torchft never commits a step whose
+collective failed. ``examples/elastic/torchft_xccl.py`` runs two replica groups, kills one and
+restarts it (docs/ELASTIC.md).
 """
 from __future__ import annotations
 
@@ -43,14 +44,14 @@ class ProcessGroupXCCL(ProcessGroupWrapper):
         self._errored: Exception | None = None
 
     def _create_pg(self, store, rank: int, world_size: int):
-        if self._errored is not None:  # the failed step was discarded: its device may go on
-            _clear_xdev_errors()
         self._errored = None
         group_name = ""
         if self._quorum_id is not None and self._group_rank is not None:
             group_name = f"torchft_quorum_{self._quorum_id}_rank_{self._group_rank}"
+        # report_stream_errors: a failed collective leaves its device stream running; torchft
+        # discards the step (errored()), so its undefined outputs are never committed.
         backend = _routing._create(store, rank, world_size, self._timeout, group_name,
-                                   self._global_ranks)
+                                   self._global_ranks, report_stream_errors=True)
         pg = c10d.ProcessGroup(store, rank, world_size)
         xccl = c10d.ProcessGroup.BackendType.XCCL
         for name in _routing.DEVICES:
@@ -103,13 +104,6 @@ class _RecordingWork(Work):
                 return None
 
         return self._work.get_future().then(settle)
-
-
-def _clear_xdev_errors() -> None:
-    xdev = getattr(torch, "xdev", None)
-    if xdev is not None and xdev.is_available():
-        for i in range(xdev.device_count()):
-            xdev.clear_errors(i)
 
 
 __all__ = ["ProcessGroupXCCL"]

@@ -48,13 +48,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
          std::chrono::milliseconds timeout, const std::string& groupName,
-         const std::vector<uint64_t>& globalRanks) {
+         const std::vector<uint64_t>& globalRanks, bool reportStreamErrors) {
         return torch_xccl::createProcessGroupXCCL(store, rank, size, timeout, groupName,
-                                                  globalRanks);
+                                                  globalRanks, reportStreamErrors);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::arg("group_name") = "", py::arg("global_ranks_in_group") = std::vector<uint64_t>{},
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("report_stream_errors") = false, py::call_guard<py::gil_scoped_release>());
   m.def("xccl_version", [] {
     int v = 0;
     xcclResult_t r = xcclGetVersion(&v);

@@ -67,6 +67,7 @@ std::shared_ptr<DeviceComm> ProcessGroupXCCL::makeDeviceComm(const c10::Device& 
   cfg.timeout_ms = options_->timeout.count() > 0 ? options_->timeout.count() : 0;
   cfg.device = device.index();
   cfg.deviceType = device.is_cuda() ? xcclDeviceCuda : xcclDeviceXdev;
+  cfg.streamErrors = options_->reportStreamErrors ? xcclStreamErrorsReport : xcclStreamErrorsFail;
   cfg.name = dc->state->name.c_str();
   xcclComm_t comm = nullptr;
   // The key prefix must not depend on the device index: ranks usually sit on different ones.

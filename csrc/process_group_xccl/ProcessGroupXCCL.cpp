@@ -181,17 +181,19 @@ std::string ProcessGroupXCCL::describe() const {
      << state_->name << "', timeout_ms=" << options_->timeout.count()
      << ", blocking_wait=" << blockingWait_
      << ", async_error_handling=" << static_cast<int>(errorMode_) << ", store_scope='"
-     << storeScope_ << "')";
+     << storeScope_ << "', stream_errors=" << (options_->reportStreamErrors ? "report" : "fail")
+     << ")";
   return os.str();
 }
 
 c10::intrusive_ptr<ProcessGroupXCCL> createProcessGroupXCCL(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& groupName,
-    const std::vector<uint64_t>& globalRanks) {
+    const std::vector<uint64_t>& globalRanks, bool reportStreamErrors) {
   auto opts = c10::make_intrusive<ProcessGroupXCCL::Options>(timeout);
   opts->group_name = groupName;
   opts->global_ranks_in_group = globalRanks;
+  opts->reportStreamErrors = reportStreamErrors;
   return c10::make_intrusive<ProcessGroupXCCL>(store, rank, size, opts);
 }
 

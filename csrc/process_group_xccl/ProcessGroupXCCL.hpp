@@ -60,6 +60,9 @@ class ProcessGroupXCCL : public c10d::Backend {
   struct Options : c10d::Backend::Options {
     explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
         : c10d::Backend::Options("xccl", timeout) {}
+    // A failed collective leaves its device stream running (xcclStreamErrorsReport) instead
+    // of failing it: for callers that discard the whole step on any error (torch_xccl.ft).
+    bool reportStreamErrors = false;
   };
 
   ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -291,6 +294,6 @@ class ProcessGroupXCCL : public c10d::Backend {
 c10::intrusive_ptr<ProcessGroupXCCL> createProcessGroupXCCL(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& groupName,
-    const std::vector<uint64_t>& globalRanks);
+    const std::vector<uint64_t>& globalRanks, bool reportStreamErrors = false);
 
 }  // namespace torch_xccl

@@ -2,7 +2,7 @@
 lost one comes back, heals from the live one, and both finish with the same weights.
 
     pip install torchft            # beside torch (see docs/ELASTIC.md for the constraint)
-    python examples/elastic/torchft_xccl.py [--steps 60] [--kill-step 10]    # cpu tensors
+    python examples/elastic/torchft_xccl.py [--steps 60] [--kill-step 10] [--device xdev]
 
 The launcher (this process) runs torchft's lighthouse (the quorum service) and starts two
 replica groups of one process each. Each builds a torchft Manager on
@@ -18,12 +18,10 @@ commit the same steps, `--together` of them (the replacement sets the common las
 has joined, so the run shows both phases on a machine of any speed). Prints `RESULT {...}`: the steps replica 0 committed alone, the seconds
 from the kill to its next committed step, and whether both replicas end with equal weights.
 
-`--device xdev` does not work yet, and says so: a failed xccl collective fails the xdev stream
-it was ordered on (so that no program reads an unreduced output as a result, RELIABILITY.md
-section 10), while torchft expects NCCL's behaviour, where the stream goes on and the failure
-is only reported; the survivor's next device operation inside the discarded step raises
-DistBackendError ("the stream this read waits for failed"). docs/ELASTIC.md says what would
-fix it.
+`--device xdev` trains on the simulated accelerator (replica r on xdev:r). There a failed
+collective would normally fail its xdev stream (RELIABILITY.md section 10); torch_xccl.ft makes
+its communicators with xcclStreamErrorsReport, so the stream goes on as torchft expects and the
+step is discarded through errored().
 """
 from __future__ import annotations
 

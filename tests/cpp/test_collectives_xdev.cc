@@ -195,6 +195,70 @@ TEST(XdevStreams, AFailedCollectiveFailsItsStreamAndNothingBehindItRuns) {
       60);
 }
 
+// xcclStreamErrorsReport (NCCL's behaviour, for torchft): the failed collective is reported,
+// its stream goes on, and the communicator itself still refuses new work.
+TEST(XdevStreams, ReportModeLetsTheStreamGoOnAndReportsTheFailure) {
+  xccl_test::MemoryStore store;
+  std::atomic<bool> enqueued{false};
+  xccl_test::runThreads(
+      2,
+      [&](int rank) {
+        xcheck(xdevSetDevice(rank), "xdevSetDevice");
+        xcclConfig_t cfg{};
+        cfg.device = rank;
+        cfg.deviceType = xcclDeviceXdev;
+        cfg.timeout_ms = 20000;
+        cfg.streamErrors = xcclStreamErrorsReport;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankStore(&comm, 2, rank, store.c(), "xdev-report/", &cfg), nullptr);
+        if (rank == 1) {  // goes away once rank 0's allreduce is on its stream
+          for (int i = 0; i < 5000 && !enqueued.load(); ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          check(xcclCommAbort(comm), nullptr);
+          return;
+        }
+        xdevStream_t stream = nullptr;
+        xcheck(xdevStreamCreate(&stream), "xdevStreamCreate");
+        const size_t count = 1 << 16;
+        float* buf = nullptr;
+        xcheck(xdevMalloc(reinterpret_cast<void**>(&buf), count * sizeof(float)), "xdevMalloc");
+        std::vector<float> in(count, 1.0f);
+        xcheck(
+            xdevMemcpyAsync(buf, in.data(), count * sizeof(float), xdevMemcpyHostToDevice, stream),
+            "xdevMemcpyAsync");
+        EXPECT_EQ(xcclSuccess, xcclAllReduce(buf, buf, count, xcclFloat32, xcclSum, comm, stream));
+        enqueued = true;
+        std::vector<float> out(count, -7.0f);
+        xcheck(
+            xdevMemcpyAsync(out.data(), buf, count * sizeof(float), xdevMemcpyDeviceToHost, stream),
+            "xdevMemcpyAsync behind the collective");
+        xcheck(xdevStreamSynchronize(stream), "a reported failure must not fail the stream");
+        EXPECT_NE(out[0], -7.0f) << "the copy behind the failed collective did not run";
+        xcclResult_t async = xcclSuccess;
+        check(xcclCommGetAsyncError(comm, &async), comm);
+        EXPECT_NE(async, xcclSuccess) << "the failure was not reported";
+        EXPECT_NE(xcclSuccess, xcclAllReduce(buf, buf, count, xcclFloat32, xcclSum, comm, stream))
+            << "a failed communicator took new work";
+        check(xcclCommAbort(comm), nullptr);
+        xcheck(xdevStreamSynchronize(stream), "the stream after the communicator's abort");
+        xcheck(xdevFree(buf), "xdevFree");
+        xcheck(xdevStreamDestroy(stream), "xdevStreamDestroy");
+      },
+      60);
+}
+
+TEST(XdevStreams, AnUnknownStreamErrorsModeIsRefused) {
+  xccl_test::MemoryStore store;
+  xcclConfig_t cfg{};
+  cfg.deviceType = xcclDeviceXdev;
+  cfg.device = 0;
+  cfg.streamErrors = static_cast<xcclStreamErrors_t>(7);
+  xcclComm_t comm = nullptr;
+  EXPECT_EQ(xcclInvalidArgument, xcclCommInitRankStore(&comm, 1, 0, store.c(), "bad/", &cfg));
+  EXPECT_EQ(comm, nullptr);
+}
+
 TEST(XdevStreams, HostCommunicatorsRefuseStreams) {
   xccl_test::MemoryStore store;
   xcclComm_t comm = nullptr;

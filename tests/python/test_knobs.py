@@ -46,29 +46,44 @@ BAD_KNOBS = [
 @pytest.mark.timeout(200)
 def test_a_malformed_backend_knob_is_refused_naming_it():
     """One strict reader for every TORCH_XCCL_* integer knob: a typo or an out-of-range value
-    is a ValueError at group creation that names the knob, never a silent 0 or default."""
+    is a ValueError at group creation that names the knob, never a silent 0 or default.
+
+    One interpreter tries the cases in turn (those knobs are read at each group's creation);
+    the flight recorder's buffer size is read once per process, so it gets its own."""
+    import json
     import os
     import subprocess
     import sys
     import textwrap
 
-    from harness import free_port
-
-    code = textwrap.dedent(f"""
-        import datetime, torch, torch.distributed as dist, torch_xccl
-        try:
-            dist.init_process_group("xccl", init_method="tcp://127.0.0.1:{free_port()}",
-                                    rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
-            t = torch.ones(2); dist.all_reduce(t)
-            print("ACCEPTED")
-        except ValueError as e:
-            print("REFUSED", e)
+    cases = [("TORCH_XCCL_ASYNC_ERROR_HANDLING", "3", None)] + BAD_KNOBS
+    code = textwrap.dedent("""
+        import datetime, json, os, sys, torch, torch.distributed as dist, torch_xccl
+        sys.path.insert(0, sys.argv[2])
+        from harness import free_port
+        for name, value, _ in json.loads(sys.argv[1]):
+            os.environ[name] = value
+            try:
+                dist.init_process_group("xccl", init_method=f"tcp://127.0.0.1:{free_port()}",
+                                        rank=0, world_size=1,
+                                        timeout=datetime.timedelta(seconds=20))
+                t = torch.ones(2); dist.all_reduce(t)
+                print(name, "ACCEPTED", flush=True)
+            except ValueError as e:
+                print(name, "REFUSED", e, flush=True)
+            finally:
+                del os.environ[name]
+                if dist.is_initialized():
+                    dist.destroy_process_group()
     """)
-    ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                        env=dict(os.environ, TORCH_XCCL_ASYNC_ERROR_HANDLING="3"))
-    assert "ACCEPTED" in ok.stdout, ok.stdout + ok.stderr
+    once_per_process = {"TORCH_XCCL_TRACE_BUFFER_SIZE"}
+    out = ""
+    for part in ([c for c in cases if c[0] not in once_per_process],
+                 [c for c in cases if c[0] in once_per_process]):
+        p = subprocess.run([sys.executable, "-c", code, json.dumps(part),
+                            os.path.dirname(os.path.abspath(__file__))],
+                           capture_output=True, text=True, timeout=120)
+        out += p.stdout + p.stderr
+    assert "TORCH_XCCL_ASYNC_ERROR_HANDLING ACCEPTED" in out, out[-3000:]
     for name, value, why in BAD_KNOBS:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=60, env=dict(os.environ, **{name: value}))
-        out = p.stdout + p.stderr
-        assert f"REFUSED xccl: {name}='{value}' is {why}" in out, (name, out[-2000:])
+        assert f"{name} REFUSED xccl: {name}='{value}' is {why}" in out, (name, out[-3000:])

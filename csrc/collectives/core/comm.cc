@@ -62,6 +62,10 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       scope_(recordScope(secret)),
       device_(&getDevice(deviceKind(config.deviceType), config.device)) {
   config_.name = nullptr;  // the caller's string: name_ keeps a copy
+  XCCL_CHECK_ARG(
+      config.streamErrors == xcclStreamErrorsFail || config.streamErrors == xcclStreamErrorsReport,
+      "invalid streamErrors ", static_cast<int>(config.streamErrors),
+      " (xcclStreamErrorsFail or xcclStreamErrorsReport)");
   setLogRank(rank);
   auto t0 = Clock::now();
   const std::string topoFile = xcclParamTopoFile();
@@ -333,7 +337,7 @@ void Comm::finish(OpEntry& op, bool endsTurn) {
   // After publishing: the stream sees a known outcome. A failed operation's stream must not
   // go on as if its outputs were results (a survivor reading an unreduced buffer).
   if (op.holdToken == nullptr) return;
-  if (op.id < failedFrom) {
+  if (op.id < failedFrom || config_.streamErrors == xcclStreamErrorsReport) {
     device_->streamResume(op.holdToken);
   } else if (op.id == failedFrom) {
     device_->streamFail(op.holdToken, strCat("xccl operation #", op.id, " failed: ", error));

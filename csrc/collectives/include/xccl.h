@@ -129,12 +129,26 @@ typedef enum {
   xcclMaxDeviceType = 0x7fffffff /* not a kind: widens the range to int (see xcclMaxDataType) */
 } xcclDeviceType_t;
 
+/* What a failed operation does to the device stream it was ordered on (xdev, CUDA). */
+typedef enum {
+  /* The stream fails: every later operation on it fails too, until the device's errors are
+     cleared (xdev: xdevClearErrors), so no kernel ever reads a failed operation's outputs as
+     results. The default. */
+  xcclStreamErrorsFail = 0,
+  /* The stream goes on, as with NCCL: the failed operation's outputs are undefined and the
+     failure is reported by the operation's event and xcclCommGetAsyncError only. For callers
+     that discard the whole step on any error (torchft's process groups). */
+  xcclStreamErrorsReport = 1,
+  xcclMaxStreamErrors = 0x7fffffff /* not a mode: widens the range to int */
+} xcclStreamErrors_t;
+
 /* Optional settings for communicator creation; zero-initialise, then set. */
 typedef struct {
   int64_t timeout_ms;          /* per-operation deadline; 0 = XCCL_TIMEOUT_MS (default 30 min) */
   int device;                  /* device ordinal the buffers live on; -1 = current/default */
   const char* name;            /* tag used in logs (e.g. the process-group name); may be NULL */
   xcclDeviceType_t deviceType; /* xcclDeviceDefault when zero-initialised */
+  xcclStreamErrors_t streamErrors; /* xcclStreamErrorsFail when zero-initialised */
 } xcclConfig_t;
 
 /* ---- version, errors ---- */
