@@ -27,6 +27,6 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # parent thread at the fork), a limitation of that runtime, not of the code under test.
 FORKS="Processes|ProcessesShareKeys|LeavesNothingInDevShm|KilledProcess|KilledPeer|CollProcesses"
 FORKS="$FORKS|ShmLane.CollectivesBetweenProcesses|HostId|TcpStripedOver3Sockets|ExitChild"
-FORKS="$FORKS|StoppedPeer|Heartbeat\\.|PeerRead\\.|RuntimeConnect\\.APeer"
+FORKS="$FORKS|StoppedPeer|Heartbeat\\.|PeerRead\\.|RuntimeConnect\\.APeer|ReplacementProcess"
 ctest --test-dir "$DIR" --output-on-failure --timeout 600 -j"$(nproc)" \
   -E "^(xdev\\.|CudaDevice|CudaColl)|$FORKS"

@@ -1,10 +1,13 @@
 // Communicators made from communicators (core/derive.h): split by colour, shrink to the
-// survivors of a lost rank, revoke, and the liveness probe that names the lost ones.
+// survivors of a lost rank, grow by new processes, revoke, and the liveness probe that names
+// the lost ones.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -229,6 +232,142 @@ TEST(CommShrink, ProbeFindsAKilledProcessAndSurvivorsShrink) {
   EXPECT_TRUE(WIFSIGNALED(status[lost]) && WTERMSIG(status[lost]) == SIGKILL);
   for (int r = 1; r < n; ++r) {
     EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) << "rank " << r;
+  }
+}
+
+// Two members and two new threads: the member that made the id passes it, the other
+// passes NULL; ranks are kept, the new ones take 2 and 3, and the parent still works.
+TEST(CommGrow, MembersAndNewRanksFormTheLargerCommunicator) {
+  xccl_test::MemoryStore store;
+  std::atomic<bool> ready{false};
+  xcclUniqueId id{};
+  xccl_test::runThreads(4, [&](int rank) {
+    xcclComm_t grown = nullptr;
+    xcclComm_t comm = nullptr;
+    if (rank < 2) {
+      comm = xccl_test::initThreadComm(store, 2, rank);
+      if (rank == 0) {
+        check(xcclCommGetUniqueId(comm, &id), comm);
+        ready = true;
+      }
+      check(xcclCommGrow(comm, 4, rank == 0 ? &id : nullptr, -1, &grown, nullptr), comm);
+    } else {
+      for (int i = 0; i < 20000 && !ready.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ASSERT_TRUE(ready.load());
+      xcclConfig_t cfg{};
+      cfg.device = -1;
+      cfg.timeout_ms = 20000;
+      check(xcclCommGrow(nullptr, 4, &id, rank, &grown, &cfg), nullptr);
+    }
+    ASSERT_NE(grown, nullptr);
+    int count = 0, me = -1;
+    check(xcclCommCount(grown, &count));
+    check(xcclCommUserRank(grown, &me));
+    EXPECT_EQ(count, 4);
+    EXPECT_EQ(me, rank);
+    EXPECT_EQ(sumOf(grown, static_cast<float>(rank + 1)), 1.0f + 2 + 3 + 4);
+    if (comm != nullptr) {
+      EXPECT_EQ(sumOf(comm, 1.0f), 2.0f);  // the parent beside its grown child
+      check(xcclCommDestroy(comm));
+    }
+    check(xcclCommDestroy(grown));
+  });
+}
+
+TEST(CommGrow, BadArgumentsAreRefusedWithoutWaiting) {
+  xccl_test::MemoryStore store;
+  xcclComm_t comm = xccl_test::initThreadComm(store, 1, 0);
+  xcclUniqueId grow{}, plain{};
+  check(xcclCommGetUniqueId(comm, &grow), comm);
+  check(xcclGetUniqueId(&plain));
+  xcclComm_t out = reinterpret_cast<xcclComm_t>(0x1);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(comm, 3, &grow, 0, &out, nullptr));  // rank != -1
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(comm, 1, &grow, -1, &out, nullptr));  // not larger
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(comm, 3, &plain, -1, &out, nullptr));
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(nullptr, 3, &plain, 2, &out, nullptr));
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(nullptr, 3, nullptr, 2, &out, nullptr));
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(nullptr, 3, &grow, 0, &out, nullptr));  // a member's
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(nullptr, 3, &grow, 3, &out, nullptr));  // >= nranks
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(nullptr, 1, &grow, 1, &out, nullptr));
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGrow(comm, 3, &grow, -1, nullptr, nullptr));
+  EXPECT_EQ(xcclInvalidArgument, xcclCommGetUniqueId(comm, nullptr));
+  EXPECT_NE(xcclSuccess, xcclCommInitRank(&out, 2, grow, 1));  // a grow id is not a unique id
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  check(xcclCommDestroy(comm));
+}
+
+// The whole story with processes: a rank is SIGKILLed, the survivors shrink, and a new
+// process takes the lost one's place through a grow (the id passed through a file).
+TEST(CommGrow, AReplacementProcessJoinsTheSurvivors) {
+  xcclUniqueId id;
+  check(xcclGetUniqueId(&id));
+  char dir[] = "/tmp/xccl-grow-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string idFile = std::string(dir) + "/id";
+  const int n = 3, lost = 2, replacement = 3;
+  auto status = xccl_test::runProcesses(
+      4,
+      [&](int proc) {
+        xcclConfig_t cfg{};
+        cfg.device = -1;
+        cfg.timeout_ms = 20000;
+        xcclComm_t grown = nullptr;
+        if (proc == replacement) {
+          xcclUniqueId growId{};
+          for (int i = 0; i < 20000; ++i) {
+            FILE* f = std::fopen(idFile.c_str(), "rb");
+            const bool got = f != nullptr && std::fread(growId.internal, 1, sizeof(growId.internal),
+                                                        f) == sizeof(growId.internal);
+            if (f != nullptr) std::fclose(f);
+            if (got) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          check(xcclCommGrow(nullptr, n, &growId, lost, &grown, &cfg), nullptr);
+          EXPECT_EQ(sumOf(grown, 1.0f), 3.0f);
+          check(xcclCommDestroy(grown));
+          return;
+        }
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankConfig(&comm, n, id, proc, &cfg));
+        EXPECT_EQ(sumOf(comm, 1.0f), 3.0f);
+        if (proc == lost) raise(SIGKILL);
+        std::string why;
+        EXPECT_EQ(failingAllReduce(comm, &why), xcclRemoteError);
+        const int exclude[] = {lost};
+        xcclComm_t shrunk = nullptr;
+        check(xcclCommShrink(comm, exclude, 1, &shrunk, nullptr, XCCL_SHRINK_ABORT), comm);
+        EXPECT_EQ(sumOf(shrunk, 1.0f), 2.0f);
+        xcclUniqueId growId{};
+        if (proc == 0) {
+          check(xcclCommGetUniqueId(shrunk, &growId), shrunk);
+          const std::string tmp = idFile + ".tmp";
+          FILE* f = std::fopen(tmp.c_str(), "wb");
+          ASSERT_NE(f, nullptr);
+          ASSERT_EQ(std::fwrite(growId.internal, 1, sizeof(growId.internal), f),
+                    sizeof(growId.internal));
+          std::fclose(f);
+          ASSERT_EQ(std::rename(tmp.c_str(), idFile.c_str()), 0);
+        }
+        check(xcclCommGrow(shrunk, n, proc == 0 ? &growId : nullptr, -1, &grown, nullptr), shrunk);
+        int me = -1;
+        check(xcclCommUserRank(grown, &me));
+        EXPECT_EQ(me, proc);  // survivors 0 and 1 keep their ranks; the replacement is 2
+        EXPECT_EQ(sumOf(grown, 1.0f), 3.0f);
+        check(xcclCommDestroy(grown));
+        check(xcclCommDestroy(shrunk));
+        check(xcclCommAbort(comm));
+      },
+      60, /*expectAllSucceed=*/false);
+  std::remove(idFile.c_str());
+  ::rmdir(dir);
+  ASSERT_EQ(status.size(), 4u);
+  EXPECT_TRUE(WIFSIGNALED(status[lost]) && WTERMSIG(status[lost]) == SIGKILL);
+  for (int p : {0, 1, replacement}) {
+    EXPECT_TRUE(WIFEXITED(status[p]) && WEXITSTATUS(status[p]) == 0) << "process " << p;
   }
 }
 

@@ -53,6 +53,21 @@ std::string uniqueIdSecret(const xcclUniqueId& id);
 std::string processService();
 // A Store client of the service `service` describes.
 std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline);
+
+// A grow id (xcclCommGetUniqueId, for xcclCommGrow): where the members of the grown
+// communicator meet (the bootstrap service of the process that made the id), the grown
+// communicator's secret, and the size of the communicator it grows (a joining rank's rank
+// must be at least that). 128 bytes: "XCGR" | u32 version | IPv4 addr | port | 2 zero |
+// service secret (32) | communicator secret (32) | u32 old size | zeros. It is not a unique
+// id: xcclCommInitRank refuses it, and xcclCommGrow refuses a unique id.
+struct GrowId {
+  std::string service;  // processService()'s format
+  std::string secret;   // the grown communicator's secret (hex, as randomSecret())
+  int oldRanks = 0;
+};
+void makeGrowId(int oldRanks, xcclUniqueId* id);
+// false when `id` is not a grow id at all; throws InvalidArgument on a damaged one.
+bool parseGrowId(const xcclUniqueId& id, GrowId* out);
 // Whether the process behind `service` answers (connects and authenticates) before the
 // deadline: false when it refused (the process is gone), reset, or stayed silent (stopped,
 // cut off).

@@ -1,10 +1,12 @@
 // The process's bootstrap service (bootstrap.h, processService): the unique-id store server,
 // one per process for its whole life, which communicators made from communicators meet on
 // (core/derive.h), and the probe that asks whether a peer's process still answers.
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "bootstrap_internal.h"
@@ -44,6 +46,49 @@ std::string processService() {
   owner = ::getpid();
   XCCL_INFO(BOOT, "bootstrap service of process ", owner, " listening on ", net::formatAddr(addr));
   return service;
+}
+
+namespace {
+constexpr char kGrowMagic[4] = {'X', 'C', 'G', 'R'};
+constexpr uint32_t kGrowVersion = 1;
+constexpr size_t kGrowSecretBytes = 32;
+}  // namespace
+
+void makeGrowId(int oldRanks, xcclUniqueId* id) {
+  sockaddr_in addr{};
+  std::string serviceSecret;
+  parseService(processService(), &addr, &serviceSecret);
+  const std::string secret = fromHex(randomSecret());
+  std::string out(kGrowMagic, 4);
+  net::putU32(out, kGrowVersion);
+  out.append(reinterpret_cast<const char*>(&addr.sin_addr.s_addr), 4);
+  out.append(reinterpret_cast<const char*>(&addr.sin_port), 2);
+  out.append(2, '\0');
+  out += serviceSecret;
+  out += secret;
+  net::putU32(out, static_cast<uint32_t>(oldRanks));
+  static_assert(4 + 4 + 8 + 32 + 32 + 4 <= sizeof(id->internal), "grow id fits a unique id");
+  std::memset(id->internal, 0, sizeof(id->internal));
+  std::memcpy(id->internal, out.data(), out.size());
+}
+
+bool parseGrowId(const xcclUniqueId& id, GrowId* out) {
+  const auto* p = reinterpret_cast<const unsigned char*>(id.internal);
+  if (std::memcmp(p, kGrowMagic, 4) != 0) return false;
+  const uint32_t version = net::getU32(p + 4);
+  XCCL_CHECK_ARG(version == kGrowVersion, "grow id of version ", version, " (this library reads ",
+                 kGrowVersion, ")");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  std::memcpy(&addr.sin_addr.s_addr, p + 8, 4);
+  std::memcpy(&addr.sin_port, p + 12, 2);
+  const std::string serviceSecret(id.internal + 16, kServiceSecretBytes);
+  out->service = strCat(net::formatAddr(addr), " ", toHex(serviceSecret));
+  out->secret = toHex(std::string(id.internal + 16 + kServiceSecretBytes, kGrowSecretBytes));
+  out->oldRanks = static_cast<int>(net::getU32(p + 16 + kServiceSecretBytes + kGrowSecretBytes));
+  XCCL_CHECK_ARG(out->oldRanks > 0 && addr.sin_port != 0, "damaged grow id (old size ",
+                 out->oldRanks, ", port ", ntohs(addr.sin_port), ")");
+  return true;
 }
 
 std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline) {

@@ -1,4 +1,4 @@
-// Communicators made from communicators: split, shrink, revoke and the liveness probe
+// Communicators made from communicators: split, shrink, grow, revoke and the liveness probe
 // (core/derive.h says how a child's ranks meet without the parent's store).
 #include <set>
 #include <vector>
@@ -56,6 +56,23 @@ xcclResult_t xcclCommShrink(xcclComm_t comm, const int* excludeRanks, int exclud
     XCCL_CHECK_ARG(excludeCount < parent.nranks(), "every rank is excluded: nothing remains");
     *newcomm = wrap(shrinkComm(parent, std::vector<int>(seen.begin(), seen.end()),
                                shrinkFlags == XCCL_SHRINK_ABORT, config));
+  });
+}
+
+xcclResult_t xcclCommGetUniqueId(xcclComm_t comm, xcclUniqueId* uniqueId) {
+  return guarded("xcclCommGetUniqueId", [&] {
+    XCCL_CHECK_ARG(uniqueId != nullptr, "uniqueId is NULL");
+    makeGrowId(commOf(comm).nranks(), uniqueId);
+  });
+}
+
+xcclResult_t xcclCommGrow(xcclComm_t comm, int nranks, const xcclUniqueId* uniqueId, int rank,
+                          xcclComm_t* newcomm, const xcclConfig_t* config) {
+  return guarded("xcclCommGrow", [&] {
+    XCCL_CHECK_ARG(newcomm != nullptr, "newcomm is NULL");
+    *newcomm = nullptr;
+    *newcomm =
+        wrap(growComm(comm != nullptr ? &commOf(comm) : nullptr, nranks, uniqueId, rank, config));
   });
 }
 

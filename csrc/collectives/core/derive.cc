@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <set>
 #include <string>
@@ -113,6 +114,69 @@ std::unique_ptr<Comm> shrinkComm(Comm& parent, const std::vector<int>& exclude, 
             " ranks without ", exclude.size(), ": rank 0 is parent rank ", members[0]);
   std::vector<int> sorted(gone.begin(), gone.end());
   return deriveComm(parent, members, strCat("shrink", n, "/", listDigest(sorted)), cfg);
+}
+
+std::unique_ptr<Comm> growComm(Comm* parent, int nranks, const xcclUniqueId* id, int rank,
+                               const xcclConfig_t* config) {
+  GrowId grow;
+  xcclConfig_t cfg{};
+  cfg.device = -1;
+  std::string name;
+  if (parent != nullptr) {
+    XCCL_CHECK_ARG(rank == -1, "rank ", rank, ": a member of the communicator being grown keeps ",
+                   "its rank and passes -1");
+    XCCL_CHECK_ARG(id == nullptr || parseGrowId(*id, &grow),
+                   "uniqueId is not a grow id (make it with xcclCommGetUniqueId)");
+    XCCL_CHECK_ARG(id == nullptr || grow.oldRanks == parent->nranks(),
+                   "the grow id was made for a ", grow.oldRanks,
+                   "-rank communicator, this one has ", parent->nranks());
+    XCCL_CHECK_ARG(nranks > parent->nranks(), "nranks ", nranks, " must exceed the ",
+                   parent->nranks(), " ranks of the communicator being grown");
+    const uint64_t n = parent->nextDerivation();
+    const Deadline deadline = Deadline::after(parent->timeoutMs());
+    auto service = connectService(parent->peers()[0].service, deadline);
+    auto scoped = makeScopedStore(*service, strCat("derive/", parent->scope(), "grow", n, "/"));
+    if (id != nullptr) {
+      scoped->set("id", std::string(id->internal, sizeof(id->internal)));
+    } else {
+      std::string raw;
+      try {
+        raw = scoped->get("id", deadline);
+      } catch (const Error& e) {
+        throw Error(e.kind(), strCat("rank ", parent->rank(), ": no member of the communicator ",
+                                     "passed the grow id to xcclCommGrow: ", e.what()));
+      }
+      xcclUniqueId got{};
+      XCCL_CHECK(raw.size() == sizeof(got.internal), "grow id of ", raw.size(), " bytes");
+      std::memcpy(got.internal, raw.data(), raw.size());
+      XCCL_CHECK(parseGrowId(got, &grow), "the published grow id is not one");
+    }
+    if (parent->lastEnqueued() > 0) parent->wait(parent->lastEnqueued(), -1);
+    name = parent->name().empty() ? "" : strCat(parent->name(), "/grown");
+    cfg = childConfig(*parent, config, name);
+    rank = parent->rank();
+  } else {
+    XCCL_CHECK_ARG(id != nullptr, "uniqueId is NULL: a joining process needs the grow id");
+    XCCL_CHECK_ARG(parseGrowId(*id, &grow),
+                   "uniqueId is not a grow id (make it with xcclCommGetUniqueId)");
+    XCCL_CHECK_ARG(nranks > grow.oldRanks, "nranks ", nranks, " must exceed the ", grow.oldRanks,
+                   " ranks of the communicator being grown");
+    XCCL_CHECK_ARG(rank >= grow.oldRanks && rank < nranks, "rank ", rank, " of a joining process ",
+                   "must be from ", grow.oldRanks, " to ", nranks - 1);
+    if (config != nullptr) cfg = *config;
+  }
+  XCCL_INFO(INIT, "rank ", rank, ": grow to ", nranks, " ranks from ", grow.oldRanks, " (",
+            parent != nullptr ? "member" : "joining", ")");
+  const Deadline deadline = Deadline::after(timeoutMsOf(&cfg));
+  std::unique_ptr<Store> service;
+  try {
+    service = connectService(grow.service, deadline);
+  } catch (const Error& e) {
+    throw Error(e.kind(), strCat("rank ", rank, ": the process that made the grow id does not ",
+                                 "answer on its bootstrap service: ", e.what()));
+  }
+  auto records = makeScopedStore(*service, strCat("grow/", recordScope(grow.secret)));
+  return std::make_unique<Comm>(*records, rank, nranks, grow.secret, cfg);
 }
 
 std::vector<bool> probeAlive(Comm& parent, int64_t timeoutMs) {

@@ -1,5 +1,5 @@
-// Communicators made from a communicator: split by colour, shrink to the survivors, and the
-// liveness probe that tells a caller whom to exclude.
+// Communicators made from communicators: split by colour, shrink to the survivors, grow by new
+// processes, and the liveness probe that tells a caller whom to exclude.
 //
 // None of them uses the store the parent was made with. Every process runs one bootstrap
 // service (bootstrap.h, processService) whose address the parent's members exchanged at
@@ -35,6 +35,13 @@ std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConf
 // waited for, up to the parent's timeout.
 std::unique_ptr<Comm> shrinkComm(Comm& parent, const std::vector<int>& exclude, bool abortParent,
                                  const xcclConfig_t* config);
+
+// xcclCommGrow (xccl.h). parent non-null: an existing member, keeping its rank; `id` null:
+// read from the parent's rank 0, where the member that made it published it. parent null: a
+// joining process with rank `rank`. All meet on the id's service under the scope of the id's
+// secret, then connect as at creation. Arguments are checked here (InvalidArgument).
+std::unique_ptr<Comm> growComm(Comm* parent, int nranks, const xcclUniqueId* id, int rank,
+                               const xcclConfig_t* config);
 
 // xcclCommProbeAlive: for every rank of `parent`, whether its process answers on its bootstrap
 // service within timeoutMs (this rank: always). A killed process is found at once (its port

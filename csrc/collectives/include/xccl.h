@@ -217,6 +217,22 @@ XCCL_API xcclResult_t xcclCommSplit(xcclComm_t comm, int color, int key, xcclCom
 XCCL_API xcclResult_t xcclCommShrink(xcclComm_t comm, const int* excludeRanks, int excludeCount,
                                      xcclComm_t* newcomm, const xcclConfig_t* config,
                                      int shrinkFlags);
+/* Growing: a communicator of nranks > comm's size whose first ranks are comm's members
+ * (same ranks) and whose others are new processes. One existing member makes the id:
+ * xcclCommGetUniqueId (served by its own process's bootstrap service; single use) and hands
+ * it to the new processes out of band. Then, together:
+ *   - every member of comm: xcclCommGrow(comm, nranks, id or NULL, -1, &newcomm, config);
+ *     the member that made the id passes it, the others may pass NULL (they read it from
+ *     comm's rank 0). comm's pending operations are waited for first (up to its timeout);
+ *     comm stays valid. Collective over comm, in the same order as its splits and shrinks.
+ *   - every new process: xcclCommGrow(NULL, nranks, &id, rank, &newcomm, config) with a
+ *     distinct rank from comm's size to nranks - 1.
+ * config NULL: the parent's (members) or the defaults (new processes). A unique id from
+ * xcclGetUniqueId, a rank out of range, nranks not above comm's size, or an existing
+ * member passing rank >= 0: xcclInvalidArgument. */
+XCCL_API xcclResult_t xcclCommGetUniqueId(xcclComm_t comm, xcclUniqueId* uniqueId);
+XCCL_API xcclResult_t xcclCommGrow(xcclComm_t comm, int nranks, const xcclUniqueId* uniqueId,
+                                   int rank, xcclComm_t* newcomm, const xcclConfig_t* config);
 /* Fails every pending and later operation of comm on this rank (as xcclCommInterrupt) and
  * on every peer that can still be reached: each peer's pending or next operation fails with
  * "rank r revoked the communicator". comm can still be split or shrunk; it must still be
