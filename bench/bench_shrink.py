@@ -1,6 +1,7 @@
 """From a SIGKILL to the survivors' first completed step: dist.shrink_group on xccl.
 
     python3 bench/bench_shrink.py --world 4 --trials 100 [--device xdev] [--bytes 1M]
+    python3 bench/bench_shrink.py --world 4 --hosts 2 ...   # ranks on 2 namespace hosts (root)
 
 Each trial: `--world` ranks run allreduces of `--bytes` back to back, each waited for (the
 gradient sync of a training step; on xdev the stream is synchronised after each); one of them (trial t: rank t % world) SIGKILLs itself between two of its
@@ -12,7 +13,12 @@ the latency of the trial is the last survivor's completion minus the victim's ti
 everyone forms the next trial's group. The launcher (this process) hosts the TCP store, as
 torchrun's agent does, so losing rank 0 is a trial like the others.
 
-Writes bench/results/shrink_<device>_<world>.json: every trial's latency and the median,
+--hosts H (root only): H hosts made of network namespaces on one bridge (tests/python/netns.py),
+rank r on host r % H, so the survivors' collectives and the shrunk group's connections cross
+TCP between hosts; the launcher runs inside host 0 (it hosts the store there) and the times
+are still one clock (one kernel).
+
+Writes bench/results/shrink_<device>_<world>[_<H>hosts].json: every trial's latency and the median,
 90th percentile and worst.
 """
 from __future__ import annotations
@@ -36,7 +42,7 @@ def worker(args) -> None:
     import torch.distributed as dist
     import torch_xccl
 
-    store = dist.TCPStore("127.0.0.1", args.port, is_master=False,
+    store = dist.TCPStore(args.store_host, args.port, is_master=False,
                           timeout=datetime.timedelta(seconds=120))
     rank, world = args.rank, args.world
     if args.device == "xdev":
@@ -81,7 +87,10 @@ def spawn(args, rank: int, first_trial: int) -> subprocess.Popen:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(rank),
            "--world", str(args.world), "--port", str(args.port), "--device", args.device,
            "--bytes", str(args.bytes), "--trials", str(args.trials),
-           "--first-trial", str(first_trial)]
+           "--first-trial", str(first_trial), "--store-host", args.store_host]
+    if args.netns:
+        hosts = args.netns.split(",")
+        cmd = ["ip", "netns", "exec", hosts[rank % len(hosts)], *cmd]
     return subprocess.Popen(cmd, stderr=subprocess.DEVNULL if not args.verbose else None)
 
 
@@ -93,6 +102,10 @@ def main() -> int:
     ap.add_argument("--bytes", type=util.parse_bytes, default=1 << 20)
     ap.add_argument("--out", default=None)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--hosts", type=int, default=1,
+                    help="ranks spread over this many network-namespace hosts (root)")
+    ap.add_argument("--netns", default="", help=argparse.SUPPRESS)  # the hosts, inside host 0
+    ap.add_argument("--store-host", default="127.0.0.1", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -101,6 +114,21 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
+
+    if args.hosts > 1 and not args.netns:
+        # Make the hosts, then run this launcher again inside host 0 (where the store lives).
+        util.use_test_helpers()
+        import netns
+
+        why = netns.available()
+        if why:
+            sys.exit(f"bench_shrink --hosts: {why}")
+        os.environ.pop("XCCL_NODE_ID", None)  # the host identity comes from the namespace
+        with netns.hosts(args.hosts, "S") as hs:
+            argv = [a for a in sys.argv[1:]]
+            cmd = [sys.executable, os.path.abspath(__file__), *argv,
+                   "--netns", ",".join(h.name for h in hs), "--store-host", hs[0].addr]
+            return hs[0].popen(cmd).wait()
 
     import torch.distributed as dist
 
@@ -139,7 +167,9 @@ def main() -> int:
             x["lost_seen"] == [(x["victim"],)] for x in trials),
         "runs": trials,
     }
-    out = util.result_path(args.out, f"shrink_{args.device}_{args.world}")
+    summary["hosts"] = args.hosts
+    tag = f"_{args.hosts}hosts" if args.hosts > 1 else ""
+    out = util.result_path(args.out, f"shrink_{args.device}_{args.world}{tag}")
     util.write_json(out, summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}), flush=True)
     return 0
