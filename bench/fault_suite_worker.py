@@ -121,6 +121,8 @@ def run_op(torch, dist, op, rank, world, salt, dtype_name, wait_s, device="cpu")
         dist.barrier()
         return None
     if kind == "sendrecv":  # a ring: send to the next rank, receive from the previous one
+        if world == 1:  # the lone survivor of a 2-rank shrink: a ring of one has no peer
+            return None  # (torch and xccl refuse a send to oneself)
         nxt, prv = (rank + 1) % world, (rank - 1) % world
         out = torch.empty(n, dtype=dt, device=device)
         if op.get("style") == "pair":  # isend + irecv, waited with an explicit timeout
