@@ -21,6 +21,16 @@ void xcheck(xdevError_t e, const char* what) {
   ASSERT_EQ(e, xdevSuccess) << what << ": " << xdevGetLastErrorMessage();
 }
 
+// A new stream and a device buffer of `count` floats set to 1 (copied on that stream).
+void streamWithOnes(size_t count, xdevStream_t* stream, float** buf) {
+  xcheck(xdevStreamCreate(stream), "xdevStreamCreate");
+  xcheck(xdevMalloc(reinterpret_cast<void**>(buf), count * sizeof(float)), "xdevMalloc");
+  std::vector<float> in(count, 1.0f);
+  xcheck(xdevMemcpyAsync(*buf, in.data(), count * sizeof(float), xdevMemcpyHostToDevice, *stream),
+         "xdevMemcpyAsync");
+  xcheck(xdevStreamSynchronize(*stream), "xdevStreamSynchronize");  // `in` ends here
+}
+
 // Runs fn(rank, comm) on n thread-ranks, rank r on xdev:r.
 void runXdevWorld(int n, const std::function<void(int, xcclComm_t)>& fn) {
   xccl_test::MemoryStore store;
@@ -151,14 +161,9 @@ TEST(XdevStreams, AFailedCollectiveFailsItsStreamAndNothingBehindItRuns) {
           return;
         }
         xdevStream_t stream = nullptr;
-        xcheck(xdevStreamCreate(&stream), "xdevStreamCreate");
         const size_t count = 1 << 16;
         float* buf = nullptr;
-        xcheck(xdevMalloc(reinterpret_cast<void**>(&buf), count * sizeof(float)), "xdevMalloc");
-        std::vector<float> in(count, 1.0f);
-        xcheck(
-            xdevMemcpyAsync(buf, in.data(), count * sizeof(float), xdevMemcpyHostToDevice, stream),
-            "xdevMemcpyAsync");
+        streamWithOnes(count, &stream, &buf);
         xdevEvent_t before = nullptr;
         xcheck(xdevEventCreateWithFlags(&before, xdevEventDisableTiming), "xdevEventCreate");
         xcheck(xdevEventRecord(before, stream), "xdevEventRecord");
@@ -219,14 +224,9 @@ TEST(XdevStreams, ReportModeLetsTheStreamGoOnAndReportsTheFailure) {
           return;
         }
         xdevStream_t stream = nullptr;
-        xcheck(xdevStreamCreate(&stream), "xdevStreamCreate");
         const size_t count = 1 << 16;
         float* buf = nullptr;
-        xcheck(xdevMalloc(reinterpret_cast<void**>(&buf), count * sizeof(float)), "xdevMalloc");
-        std::vector<float> in(count, 1.0f);
-        xcheck(
-            xdevMemcpyAsync(buf, in.data(), count * sizeof(float), xdevMemcpyHostToDevice, stream),
-            "xdevMemcpyAsync");
+        streamWithOnes(count, &stream, &buf);
         EXPECT_EQ(xcclSuccess, xcclAllReduce(buf, buf, count, xcclFloat32, xcclSum, comm, stream));
         enqueued = true;
         std::vector<float> out(count, -7.0f);
