@@ -52,6 +52,10 @@ std::shared_ptr<DeviceComm> ProcessGroupXCCL::commFor(const char* opName,
 // batch_isend_irecv), or eagerly at init_process_group(device_id=...). One communicator for
 // collectives and point-to-point keeps them ordered with each other and avoids the init
 // cycles that per-pair communicators made lazily by a ring of sends would have.
+// It is a split of the host communicator (every rank, colour 0, same order) with the device's
+// configuration: no round through torch's store, and a member that dies meanwhile fails the
+// creation on the others at once, naming it (libxccl watches the members' processes), where
+// a rendezvous through the store could only wait for its record until the timeout.
 std::shared_ptr<DeviceComm> ProcessGroupXCCL::makeDeviceComm(const c10::Device& device) {
   auto dc = std::make_shared<DeviceComm>();
   dc->state = std::make_shared<CommState>();
@@ -61,8 +65,6 @@ std::shared_ptr<DeviceComm> ProcessGroupXCCL::makeDeviceComm(const c10::Device& 
   dc->state->desync = state_->desync;
   dc->device = device;
 
-  StoreCtx ctx{store_};
-  xcclStore_t s{&ctx, &storeSet, &storeGet};
   xcclConfig_t cfg{};
   cfg.timeout_ms = options_->timeout.count() > 0 ? options_->timeout.count() : 0;
   cfg.device = device.index();
@@ -70,9 +72,11 @@ std::shared_ptr<DeviceComm> ProcessGroupXCCL::makeDeviceComm(const c10::Device& 
   cfg.streamErrors = options_->reportStreamErrors ? xcclStreamErrorsReport : xcclStreamErrorsFail;
   cfg.name = dc->state->name.c_str();
   xcclComm_t comm = nullptr;
-  // The key prefix must not depend on the device index: ranks usually sit on different ones.
-  const char* prefix = device.is_cuda() ? "xccl-cuda/" : "xccl-xdev/";
-  xcclResult_t r = xcclCommInitRankStore(&comm, getSize(), getRank(), &s, prefix, &cfg);
+  xcclResult_t r = xcclSuccess;
+  const bool had =
+      state_->useEvenClosed([&](xcclComm_t host) { r = xcclCommSplit(host, 0, 0, &comm, &cfg); });
+  TORCH_CHECK(had, "xccl init on ", device, ": group '", state_->name,
+              "' has no host communicator any more (destroyed)");
   if (r != xcclSuccess) {
     throwDist("xccl init on " + device.str() + ": rank " + std::to_string(getRank()) + " of " +
               std::to_string(getSize()) + " (group '" + state_->name +

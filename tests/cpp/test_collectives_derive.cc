@@ -3,11 +3,13 @@
 // the lost ones.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -233,6 +235,89 @@ TEST(CommShrink, ProbeFindsAKilledProcessAndSurvivorsShrink) {
   for (int r = 1; r < n; ++r) {
     EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) << "rank " << r;
   }
+}
+
+// A member killed (or stopped) before it takes part: the others' split (waiting for its
+// vote) and shrink (waiting for its record; with 8 members or more the child's rank 0
+// gathers the records and must pass the failure on to the ranks waiting for its list) fail,
+// naming it, at once for a dead member and after XCCL_HEARTBEAT_TIMEOUT_MS for a stopped
+// one, instead of at the 30 s timeout.
+enum class Loss { kKill, kStop };
+static void expectCreationFailsNamingTheLost(int n, int lost, bool viaShrink,
+                                             Loss how = Loss::kKill) {
+  xcclUniqueId id;
+  check(xcclGetUniqueId(&id));
+  // The stopped member's pid, for the survivors to end it (a stopped child never exits).
+  auto* lostPid = static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>),
+                                                      PROT_READ | PROT_WRITE,
+                                                      MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(lostPid, MAP_FAILED);
+  new (lostPid) std::atomic<int>(0);
+  auto status = xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        setenv("XCCL_HEARTBEAT_TIMEOUT_MS", "1500", 1);
+        xcclConfig_t cfg{};
+        cfg.device = -1;
+        cfg.timeout_ms = 30000;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        EXPECT_EQ(sumOf(comm, 1.0f, 16), static_cast<float>(n));
+        if (rank == lost) {
+          lostPid->store(getpid());
+          raise(how == Loss::kKill ? SIGKILL : SIGSTOP);
+        }
+        if (viaShrink && rank == 0) {  // excluded; stays for the others' rendezvous service
+          std::this_thread::sleep_for(std::chrono::seconds(how == Loss::kKill ? 3 : 5));
+          check(xcclCommAbort(comm));
+          return;
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        xcclComm_t child = nullptr;
+        const int exclude[] = {0};
+        const xcclResult_t r = viaShrink ? xcclCommShrink(comm, exclude, 1, &child, nullptr, 0)
+                                         : xcclCommSplit(comm, 0, rank, &child, nullptr);
+        const std::string why = xcclGetLastError(comm);
+        EXPECT_EQ(r, xcclRemoteError) << why;
+        EXPECT_EQ(child, nullptr);
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << why;
+        EXPECT_NE(why.find("parent rank " + std::to_string(lost)), std::string::npos) << why;
+        EXPECT_NE(why.find(how == Loss::kKill ? "is gone" : "has not answered for"),
+                  std::string::npos)
+            << why;
+        // Survivors go on (to a shrink): their services outlive the others' reading.
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        if (how == Loss::kStop && lostPid->load() > 0) kill(lostPid->load(), SIGKILL);
+        check(xcclCommAbort(comm));
+      },
+      60, /*expectAllSucceed=*/false);
+  munmap(lostPid, sizeof(std::atomic<int>));
+  ASSERT_EQ(status.size(), static_cast<size_t>(n));
+  EXPECT_TRUE(WIFSIGNALED(status[lost]) && WTERMSIG(status[lost]) == SIGKILL);
+  for (int r = 0; r < n; ++r) {
+    if (r == lost) continue;
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) << "rank " << r;
+  }
+}
+
+TEST(CommSplit, AMemberKilledBeforeItVotesFailsTheOthersAtOnceNamingIt) {
+  expectCreationFailsNamingTheLost(4, 2, /*viaShrink=*/false);
+}
+
+TEST(CommSplit, AMemberStoppedBeforeItVotesFailsTheOthersAfterTheHeartbeatTimeout) {
+  expectCreationFailsNamingTheLost(3, 1, /*viaShrink=*/false, Loss::kStop);
+}
+
+TEST(CommShrink, AMemberKilledBeforeItsRecordFailsTheOthersAtOnceNamingIt) {
+  expectCreationFailsNamingTheLost(4, 3, /*viaShrink=*/true);
+}
+
+TEST(CommShrink, AMemberKilledBeforeTheGatherFailsTheOthersAtOnceNamingIt) {
+  expectCreationFailsNamingTheLost(10, 9, /*viaShrink=*/true);  // 9 survivors: gathered
+}
+
+TEST(CommShrink, AMemberStoppedBeforeItsRecordFailsTheOthersAfterTheHeartbeatTimeout) {
+  expectCreationFailsNamingTheLost(4, 2, /*viaShrink=*/true, Loss::kStop);
 }
 
 // Two members and two new threads: the member that made the id passes it, the other

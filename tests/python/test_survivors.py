@@ -43,6 +43,25 @@ def test_survivors_of_a_killed_rank_shrink_and_continue(device):
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_killed_before_the_first_xdev_collective_fails_its_creation_at_once():
+    """The fault suite's one late kind (seed 25: 29 of 1000): a rank died while the survivors
+    made the group's xdev communicator (lazily, at their first xdev collective), and they
+    waited for its record until the group timeout. The device communicator is now a split of
+    the host one whose waits watch the members' processes: the creation fails at once,
+    naming the dead rank, and the survivors shrink and go on."""
+    world, victim = 3, 1
+    results = run_world(workers_survivors.lose_and_shrink, world, timeout=100,
+                        allow_exit=(victim,), pg_timeout_s=40, victim=victim, device="xdev",
+                        warm_on="cpu")
+    out = _check(results, world, victim)
+    assert all(o["lost"] == [victim] for o in out), [o["lost"] for o in out]
+    for o in out:
+        assert f"parent rank {victim}" in o["failed"][1] and "is gone" in o["failed"][1], o
+    # Far below the 40 s group timeout that the creation used to wait out.
+    assert max(o["seconds_to_first_result"] for o in out) < 15
+
+
+@pytest.mark.timeout(120)
 def test_a_revoke_fails_the_others_naming_it_and_they_shrink_it_away():
     world, victim = 3, 1
     results = run_world(workers_survivors.lose_and_shrink, world, timeout=100,

@@ -18,13 +18,15 @@ def _dev(device, rank):
     return torch.device("cpu")
 
 
-def lose_and_shrink(rank, world, victim, device="cpu", how="kill"):
+def lose_and_shrink(rank, world, victim, device="cpu", how="kill", warm_on="device"):
     """Warm up, lose `victim` (SIGKILL, or a revoke by the victim), then the survivors find
-    it, shrink, and run collectives on the new default group. Returns what they saw."""
+    it, shrink, and run collectives on the new default group. Returns what they saw.
+    warm_on="cpu": the warm-up runs on the host communicator only, so that the survivors'
+    first device collective is where the group's device communicator gets made (lazily)."""
     import torch_xccl
 
     dev = _dev(device, rank)
-    t = torch.full((1 << 14,), float(rank + 1), device=dev)
+    t = torch.full((1 << 14,), float(rank + 1), device=dev if warm_on == "device" else "cpu")
     dist.all_reduce(t)
     assert t[0].item() == world * (world + 1) / 2
     if rank == victim:

@@ -68,10 +68,32 @@ struct GrowId {
 void makeGrowId(int oldRanks, xcclUniqueId* id);
 // false when `id` is not a grow id at all; throws InvalidArgument on a damaged one.
 bool parseGrowId(const xcclUniqueId& id, GrowId* out);
-// Whether the process behind `service` answers (connects and authenticates) before the
-// deadline: false when it refused (the process is gone), reset, or stayed silent (stopped,
-// cut off).
+// What a probe of the process behind `service` found: it connected and authenticated
+// before the deadline (kAnswers); it refused, reset or closed (kGone: the process has exited,
+// and its kernel closed its sockets); or nothing came before the deadline, or the route
+// failed (kSilent: stopped, descheduled or cut off: no verdict).
+enum class ServiceState { kAnswers, kGone, kSilent };
+ServiceState probeServiceState(const std::string& service, const Deadline& deadline);
+// probeServiceState() == kAnswers (xcclCommProbeAlive: silent counts as not alive).
 bool probeService(const std::string& service, const Deadline& deadline);
+
+// The members a communicator in creation waits for, when their processes are known from a
+// parent (split, shrink, grow): their bootstrap services by new rank ("" where unknown, as
+// for a rank joining by grow). A wait for a member's record probes its service every slice
+// and fails, naming it, when its process is gone (at once) or has not answered for
+// silentLimitMs (stopped or cut off: the heartbeat's rule; 0 = wait for a silent member
+// until the deadline), instead of at the deadline.
+struct MemberWatch {
+  std::vector<std::string> services;
+  std::vector<std::string> who;  // for messages, by rank ("" = "rank <r>")
+  int64_t silentLimitMs = 0;
+  // Throws RemoteError when member `rank` is gone or silent too long (`self`, `waitingFor`:
+  // for the message); a probe of at most 100 ms. One thread at a time.
+  void check(int self, int rank, const std::string& waitingFor) const;
+
+ private:
+  mutable std::vector<Clock::time_point> silentSince_;  // by rank; epoch = answered last time
+};
 
 // A view of `inner` with every key under `prefix` (the caller keeps `inner` alive).
 std::unique_ptr<Store> makeScopedStore(Store& inner, const std::string& prefix);
@@ -126,10 +148,11 @@ struct PeerSetup {
 // (the default) the pairs on one host whose ranks both publish an arena are left for
 // connectOnFirstUse. `secret` authenticates every connection; `abortFlag` set by another
 // thread stops the wait. Logs one "rank a -> b via SHM|TCP" line per peer (INFO, INIT).
-// `hostTopology` is published as PeerInfo::topology.
+// `hostTopology` is published as PeerInfo::topology. `watch` (when given) ends a wait for
+// a member whose process is gone (MemberWatch).
 PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
                        Device& device, const Deadline& deadline, const std::atomic<bool>& abortFlag,
-                       const std::string& hostTopology = "");
+                       const std::string& hostTopology = "", const MemberWatch* watch = nullptr);
 
 // The connection with `peer` (setup.onFirstUse[peer]): maps the peer's ring towards us from
 // its arena and pairs it with ours (shm/arena.h). One-sided: the peer need not be in an

@@ -23,6 +23,10 @@ constexpr uint32_t kPeerFlagNoShm = 1;
 // length + bytes. splitPeerRecords throws RemoteError on anything malformed.
 std::string joinPeerRecords(const std::vector<std::string>& records);
 std::vector<std::string> splitPeerRecords(const std::string& bytes, size_t expected);
+// What the gathering rank publishes instead when it cannot gather (a member is gone):
+// splitPeerRecords of it throws RemoteError carrying `why`, so no rank waits for a list
+// that will never come.
+std::string failedPeerRecords(const std::string& why);
 
 // Test hook: while set (non-empty) on a thread, localHostId() on that thread returns it,
 // ahead of XCCL_NODE_ID. Lets ranks that are threads of one process pretend to live on

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 
@@ -98,7 +99,7 @@ std::unique_ptr<Store> connectService(const std::string& service, const Deadline
   return connectStoreAt(addr, secret, "bootstrap service", deadline);
 }
 
-bool probeService(const std::string& service, const Deadline& deadline) {
+ServiceState probeServiceState(const std::string& service, const Deadline& deadline) {
   sockaddr_in addr{};
   std::string secret;
   parseService(service, &addr, &secret);
@@ -107,7 +108,7 @@ bool probeService(const std::string& service, const Deadline& deadline) {
     // One connect attempt: the service was up before its address was published, so a
     // refusal means its process is gone (connectTo would retry until the deadline).
     net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) return false;
+    if (!fd.valid()) return ServiceState::kSilent;  // out of descriptors here: no verdict
     int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
@@ -115,12 +116,50 @@ bool probeService(const std::string& service, const Deadline& deadline) {
       socklen_t len = sizeof(err);
       getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     }
-    if (err != 0) return false;
+    if (err == ECONNREFUSED || err == ECONNRESET) return ServiceState::kGone;
+    if (err != 0) return ServiceState::kSilent;  // unreachable, no route: says nothing of it
     authenticateClient(fd.get(), secret, ctx);  // a stopped process never answers
-    return true;
+    return ServiceState::kAnswers;
+  } catch (const Timeout&) {
+    return ServiceState::kSilent;
   } catch (const Error&) {
-    return false;  // reset, closed, refused our proof, or no answer before the deadline
+    return ServiceState::kGone;  // reset or closed while answering, or refused our proof
   }
+}
+
+bool probeService(const std::string& service, const Deadline& deadline) {
+  return probeServiceState(service, deadline) == ServiceState::kAnswers;
+}
+
+void MemberWatch::check(int self, int rank, const std::string& waitingFor) const {
+  if (rank < 0 || rank >= static_cast<int>(services.size()) || services[rank].empty()) return;
+  // Short: a gone process refuses at once; a silent one is no verdict yet and must not hold
+  // up the wait it is checked from.
+  constexpr int64_t kProbeMs = 100;
+  if (silentSince_.size() != services.size()) silentSince_.assign(services.size(), {});
+  const auto asked = Clock::now();
+  const ServiceState state = probeServiceState(services[rank], Deadline::after(kProbeMs));
+  const bool named = rank < static_cast<int>(who.size()) && !who[rank].empty();
+  const std::string member = named ? who[rank] : strCat("rank ", rank);
+  if (state == ServiceState::kAnswers) {
+    silentSince_[rank] = {};
+    return;
+  }
+  if (state == ServiceState::kSilent) {
+    if (silentLimitMs <= 0) return;
+    if (silentSince_[rank] == Clock::time_point{}) silentSince_[rank] = asked;
+    const int64_t silentMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 Clock::now() - silentSince_[rank])
+                                 .count();
+    if (silentMs < silentLimitMs) return;
+    throw RemoteError(strCat("rank ", self, ": ", member, " has not answered for ", silentMs,
+                             " ms (stopped or cut off; XCCL_HEARTBEAT_TIMEOUT_MS=", silentLimitMs,
+                             ") while this rank waits for ", waitingFor,
+                             "; the new communicator cannot be made"));
+  }
+  throw RemoteError(strCat("rank ", self, ": ", member,
+                           " is gone (its process no longer answers) while this rank waits for ",
+                           waitingFor, "; the new communicator cannot be made"));
 }
 
 }  // namespace xccl

@@ -276,7 +276,12 @@ std::string joinPeerRecords(const std::vector<std::string>& records) {
   return out;
 }
 
+std::string failedPeerRecords(const std::string& why) { return "XPLF" + why; }
+
 std::vector<std::string> splitPeerRecords(const std::string& bytes, size_t expected) {
+  if (bytes.size() >= 4 && bytes.compare(0, 4, "XPLF") == 0) {
+    throw RemoteError(strCat("the rank gathering the PeerInfo records gave up: ", bytes.substr(4)));
+  }
   if (bytes.size() < 4 || bytes.compare(0, 4, "XPL1") != 0) {
     throw RemoteError("malformed PeerInfo list: bad magic");
   }

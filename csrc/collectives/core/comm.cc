@@ -51,7 +51,7 @@ int64_t timeoutMsOf(const xcclConfig_t* config) {
 }
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
-           const xcclConfig_t& config)
+           const xcclConfig_t& config, const MemberWatch* watch)
     : rank_(rank),
       nranks_(nranks),
       timeoutMs_(timeoutMsOf(&config)),
@@ -79,7 +79,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
     }
   }
   peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_), abort_,
-                        hostText);
+                        hostText, watch);
   std::vector<std::string> hostIds, hostTexts;
   std::vector<int> ordinals;
   for (const auto& p : peers_.peers) {

@@ -58,8 +58,10 @@ int64_t timeoutMsOf(const xcclConfig_t* config);
 
 class Comm {
  public:
-  // Rendezvous through `store`, connect to every peer, start the progress thread.
-  Comm(Store& store, int rank, int nranks, const std::string& secret, const xcclConfig_t& config);
+  // Rendezvous through `store`, connect to every peer, start the progress thread. `watch`
+  // (made from a parent's members) fails the rendezvous early when a member is gone.
+  Comm(Store& store, int rank, int nranks, const std::string& secret, const xcclConfig_t& config,
+       const MemberWatch* watch = nullptr);
   ~Comm();  // destroy(): drains the queue (bounded by the timeout), then frees everything
 
   int rank() const { return rank_; }

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "heartbeat.h"
 
 namespace xccl {
 namespace {
@@ -24,8 +25,55 @@ xcclConfig_t childConfig(const Comm& parent, const xcclConfig_t* config, const s
   return cfg;
 }
 
+// What the child's creation watches: the parent's record of each member (parent ranks in
+// child-rank order; -1 for a rank the parent does not know, as one joining by grow).
+MemberWatch watchOf(const Comm& parent, const std::vector<int>& members) {
+  MemberWatch w;
+  w.silentLimitMs = silenceLimitMs();
+  w.services.reserve(members.size());
+  w.who.reserve(members.size());
+  for (int r : members) {
+    if (r < 0) {
+      w.services.emplace_back();
+      w.who.emplace_back();
+      continue;
+    }
+    const PeerInfo& p = parent.peers()[r];
+    w.services.push_back(p.service);
+    w.who.push_back(strCat("rank ", w.who.size(), " (parent rank ", r, ", pid ", p.pid, " on ",
+                           p.hostname, ")"));
+  }
+  return w;
+}
+
+// store.get(key) until the deadline, checking in slices that parent rank `awaited` (who
+// writes the key) is not gone (a probe every 100 ms: a local connect, answered by the
+// peer's service thread).
+std::string getWatched(Store& store, const std::string& key, const Deadline& deadline,
+                       const Comm& parent, int awaited, const std::string& what) {
+  constexpr int64_t kSliceMs = 100;
+  const PeerInfo& p = parent.peers()[awaited];
+  MemberWatch watch;
+  watch.services = {p.service};
+  watch.who = {strCat("parent rank ", awaited, " (pid ", p.pid, " on ", p.hostname, ")")};
+  watch.silentLimitMs = silenceLimitMs();
+  for (;;) {
+    const int64_t left = deadline.remainingMs();
+    try {
+      return store.get(key, Deadline::after(left < 0 ? kSliceMs : std::min(left, kSliceMs)));
+    } catch (const Timeout&) {
+      if (deadline.expired()) {
+        throw Timeout(strCat("rank ", parent.rank(), ": ", what, " from parent rank ", awaited,
+                             " did not come within ", deadline.budgetMs(), " ms"));
+      }
+      watch.check(parent.rank(), 0, what);  // rank 0 of the one-member watch: `awaited`
+    }
+  }
+}
+
 // Builds the communicator of `members` (parent ranks, in child-rank order; this rank among
-// them) through the bootstrap service of members[0], under the scope `tag` names.
+// them; -1 for a rank new to the parent) through the bootstrap service of members[0], under
+// the scope `tag` names. A member whose process is gone fails the waits for it at once.
 std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
                                  const std::string& tag, const xcclConfig_t& cfg) {
   const int me =
@@ -45,8 +93,9 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
   const std::string secret = me == 0 ? publishSecret(*scoped) : awaitSecret(*scoped, me, deadline);
   auto records = makeScopedStore(*scoped, recordScope(secret));
   try {
-    auto child =
-        std::make_unique<Comm>(*records, me, static_cast<int>(members.size()), secret, cfg);
+    const MemberWatch watch = watchOf(parent, members);
+    auto child = std::make_unique<Comm>(*records, me, static_cast<int>(members.size()), secret,
+                                        cfg, &watch);
     retireSecret(secret);
     return child;
   } catch (...) {
@@ -77,8 +126,10 @@ std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConf
   std::vector<std::pair<int, int>> mine;  // (key, parent rank) of every member of my colour
   for (int r = 0; r < parent.nranks(); ++r) {
     int c = -1, k = 0;
-    const std::string v =
-        r == parent.rank() ? strCat(color, " ", key) : votes->get(std::to_string(r), deadline);
+    const std::string v = r == parent.rank()
+                              ? strCat(color, " ", key)
+                              : getWatched(*votes, std::to_string(r), deadline, parent, r,
+                                           strCat("its split vote (split ", n, ")"));
     if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) {
       throw RemoteError(strCat("rank ", parent.rank(), ": malformed split vote of rank ", r));
     }

@@ -14,6 +14,8 @@ XCCL_PARAM(HeartbeatMs, "HEARTBEAT_MS", 1000, 0, kKnobMax)
 // on it fail (ms).
 XCCL_PARAM(HeartbeatTimeoutMs, "HEARTBEAT_TIMEOUT_MS", 5000, 1, kKnobMax)
 
+int64_t silenceLimitMs() { return xcclParamHeartbeatMs() == 0 ? 0 : xcclParamHeartbeatTimeoutMs(); }
+
 Heartbeat::Heartbeat(int rank, const std::vector<Connection*>& conns, std::function<void()> beatAll)
     : rank_(rank),
       n_(conns.size()),

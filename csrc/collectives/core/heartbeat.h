@@ -32,6 +32,11 @@
 
 namespace xccl {
 
+// How long a peer may stay silent before it counts as lost: XCCL_HEARTBEAT_TIMEOUT_MS, or 0
+// when heartbeats are off (XCCL_HEARTBEAT_MS=0). Communicator creation from a parent uses it
+// for members that stop answering their bootstrap service (MemberWatch).
+int64_t silenceLimitMs();
+
 class Heartbeat {
  public:
   // conns: indexed by rank, null for self and for peers connected later (add()); they must

@@ -204,7 +204,10 @@ XCCL_API xcclResult_t xcclCommInterrupt(xcclComm_t comm);
 /* Collective over comm (every rank calls it, in the same order as its other splits and
  * shrinks): the ranks that pass the same color >= 0 form *newcomm, ranked by key (ties by
  * their rank in comm). color XCCL_SPLIT_NOCOLOR: the rank takes part and gets NULL.
- * config NULL: the parent's (device kind, device, timeout). Needs comm's rank 0 alive. */
+ * config NULL: the parent's (device kind, device, timeout). Needs comm's rank 0 alive.
+ * A member whose process is gone before it takes part fails the others' call at once with
+ * xcclRemoteError naming it; one that does not answer (stopped, cut off) after
+ * XCCL_HEARTBEAT_TIMEOUT_MS. The same holds for xcclCommShrink and xcclCommGrow's members. */
 XCCL_API xcclResult_t xcclCommSplit(xcclComm_t comm, int color, int key, xcclComm_t* newcomm,
                                     const xcclConfig_t* config);
 #define XCCL_SHRINK_DEFAULT 0x00 /* wait for comm's pending operations (up to its timeout) */

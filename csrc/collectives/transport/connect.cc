@@ -44,8 +44,9 @@ constexpr int64_t kStoreSliceMs = 250;
 // From this many ranks on, rank 0 gathers the PeerInfo records for the others.
 constexpr int kGatherFrom = 8;
 
+// `awaited`: the rank that writes `key`, checked through `watch` (when given) every slice.
 std::string storeGet(Store& store, const std::string& key, int rank, const Deadline& deadline,
-                     const std::atomic<bool>& abortFlag) {
+                     const std::atomic<bool>& abortFlag, int awaited, const MemberWatch* watch) {
   WaitNotice notice(
       strCat("key '", key, "' in the store (rank ", rank, "; is the rank that writes it running?)"),
       BOOT);
@@ -58,6 +59,7 @@ std::string storeGet(Store& store, const std::string& key, int rank, const Deadl
       return store.get(key, Deadline::after(slice));
     } catch (const Timeout&) {
       notice.tick();
+      if (watch != nullptr) watch->check(rank, awaited, strCat("its key '", key, "'"));
       if (deadline.expired()) {
         throw Timeout(strCat("rank ", rank, ": key '", key, "' did not appear in the store within ",
                              deadline.budgetMs(), " ms (is that rank running, with the same id?)"));
@@ -76,7 +78,7 @@ std::string hostName() {
 
 PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& secret,
                        Device& device, const Deadline& deadline, const std::atomic<bool>& abortFlag,
-                       const std::string& hostTopology) {
+                       const std::string& hostTopology, const MemberWatch* watch) {
   XCCL_CHECK_ARG(nranks >= 1 && rank >= 0 && rank < nranks, "bad rank ", rank, " of ", nranks);
   XCCL_CHECK_ARG(!secret.empty(), "empty communicator secret");
   const bool noShm = xcclParamShmDisable() != 0;
@@ -111,11 +113,17 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   // pair the same way on both ends.
   std::vector<std::string> records(nranks);
   if (nranks >= kGatherFrom && rank != 0) {
-    records = splitPeerRecords(storeGet(store, "peers", rank, deadline, abortFlag), nranks);
+    records = splitPeerRecords(storeGet(store, "peers", rank, deadline, abortFlag, 0, watch), nranks);
   } else {
-    for (int p = 0; p < nranks; ++p) {
-      records[p] =
-          p == rank ? mine : storeGet(store, strCat("peer/", p), rank, deadline, abortFlag);
+    try {
+      for (int p = 0; p < nranks; ++p) {
+        records[p] = p == rank ? mine
+                               : storeGet(store, strCat("peer/", p), rank, deadline, abortFlag, p,
+                                          watch);
+      }
+    } catch (const RemoteError& e) {  // a member is gone: the others wait for the list
+      if (nranks >= kGatherFrom) store.set("peers", failedPeerRecords(e.what()));
+      throw;
     }
     if (nranks >= kGatherFrom) store.set("peers", joinPeerRecords(records));
   }
@@ -171,9 +179,9 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 
   // 5. Map the local peers' rings.
   for (auto& [p, ring] : rings) {
-    std::string desc = storeGet(store, strCat("shm/", p, "/", rank), rank, deadline, abortFlag);
+    std::string desc = storeGet(store, strCat("shm/", p, "/", rank), rank, deadline, abortFlag, p, watch);
     auto peerBell = shm::Doorbell::open(
-        storeGet(store, strCat("bell/", p), rank, deadline, abortFlag), rank, p);
+        storeGet(store, strCat("bell/", p), rank, deadline, abortFlag, p, watch), rank, p);
     setup.connections[p] = shm::makeConnection(rank, p, setup.peers[p].pid, *ring, desc, secret,
                                                device, std::move(peerBell));
   }
@@ -193,7 +201,7 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   // closing them) before it has.
   store.set(strCat(kDoneKeyPrefix, rank), std::to_string(nranks));
   for (auto& [p, ring] : rings)
-    storeGet(store, strCat(kDoneKeyPrefix, p), rank, deadline, abortFlag);
+    storeGet(store, strCat(kDoneKeyPrefix, p), rank, deadline, abortFlag, p, watch);
   return setup;
 }
 
