@@ -248,9 +248,9 @@ static void expectCreationFailsNamingTheLost(int n, int lost, bool viaShrink,
   xcclUniqueId id;
   check(xcclGetUniqueId(&id));
   // The stopped member's pid, for the survivors to end it (a stopped child never exits).
-  auto* lostPid = static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>),
-                                                      PROT_READ | PROT_WRITE,
-                                                      MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* lostPid =
+      static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                                          MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(lostPid, MAP_FAILED);
   new (lostPid) std::atomic<int>(0);
   auto status = xccl_test::runProcesses(

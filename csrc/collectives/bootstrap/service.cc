@@ -118,7 +118,7 @@ ServiceState probeServiceState(const std::string& service, const Deadline& deadl
     }
     if (err == ECONNREFUSED || err == ECONNRESET) return ServiceState::kGone;
     if (err != 0) return ServiceState::kSilent;  // unreachable, no route: says nothing of it
-    authenticateClient(fd.get(), secret, ctx);  // a stopped process never answers
+    authenticateClient(fd.get(), secret, ctx);   // a stopped process never answers
     return ServiceState::kAnswers;
   } catch (const Timeout&) {
     return ServiceState::kSilent;
@@ -148,9 +148,9 @@ void MemberWatch::check(int self, int rank, const std::string& waitingFor) const
   if (state == ServiceState::kSilent) {
     if (silentLimitMs <= 0) return;
     if (silentSince_[rank] == Clock::time_point{}) silentSince_[rank] = asked;
-    const int64_t silentMs = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 Clock::now() - silentSince_[rank])
-                                 .count();
+    const int64_t silentMs =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - silentSince_[rank])
+            .count();
     if (silentMs < silentLimitMs) return;
     throw RemoteError(strCat("rank ", self, ": ", member, " has not answered for ", silentMs,
                              " ms (stopped or cut off; XCCL_HEARTBEAT_TIMEOUT_MS=", silentLimitMs,

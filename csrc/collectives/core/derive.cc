@@ -94,8 +94,8 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
   auto records = makeScopedStore(*scoped, recordScope(secret));
   try {
     const MemberWatch watch = watchOf(parent, members);
-    auto child = std::make_unique<Comm>(*records, me, static_cast<int>(members.size()), secret,
-                                        cfg, &watch);
+    auto child =
+        std::make_unique<Comm>(*records, me, static_cast<int>(members.size()), secret, cfg, &watch);
     retireSecret(secret);
     return child;
   } catch (...) {

@@ -113,13 +113,14 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   // pair the same way on both ends.
   std::vector<std::string> records(nranks);
   if (nranks >= kGatherFrom && rank != 0) {
-    records = splitPeerRecords(storeGet(store, "peers", rank, deadline, abortFlag, 0, watch), nranks);
+    records =
+        splitPeerRecords(storeGet(store, "peers", rank, deadline, abortFlag, 0, watch), nranks);
   } else {
     try {
       for (int p = 0; p < nranks; ++p) {
-        records[p] = p == rank ? mine
-                               : storeGet(store, strCat("peer/", p), rank, deadline, abortFlag, p,
-                                          watch);
+        records[p] = p == rank
+                         ? mine
+                         : storeGet(store, strCat("peer/", p), rank, deadline, abortFlag, p, watch);
       }
     } catch (const RemoteError& e) {  // a member is gone: the others wait for the list
       if (nranks >= kGatherFrom) store.set("peers", failedPeerRecords(e.what()));
@@ -179,7 +180,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 
   // 5. Map the local peers' rings.
   for (auto& [p, ring] : rings) {
-    std::string desc = storeGet(store, strCat("shm/", p, "/", rank), rank, deadline, abortFlag, p, watch);
+    std::string desc =
+        storeGet(store, strCat("shm/", p, "/", rank), rank, deadline, abortFlag, p, watch);
     auto peerBell = shm::Doorbell::open(
         storeGet(store, strCat("bell/", p), rank, deadline, abortFlag, p, watch), rank, p);
     setup.connections[p] = shm::makeConnection(rank, p, setup.peers[p].pid, *ring, desc, secret,
