@@ -167,6 +167,12 @@ int runProcesses(const Options& o, RankSetup base, int listenFd, xt::OobServer& 
     if (pid > 0) {
       --left;
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : xt::kExitFailure;
+      const bool victim = o.killRank >= 0 && pid == pids[o.killRank];
+      if (victim && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+        std::fprintf(stderr, "xccl-tests: rank %d (process %d) killed itself as --kill asked\n",
+                     o.killRank, static_cast<int>(pid));
+        continue;
+      }
       if (WIFSIGNALED(status)) {
         std::fprintf(stderr, "xccl-tests: rank process %d killed by signal %d\n",
                      static_cast<int>(pid), WTERMSIG(status));
@@ -250,6 +256,19 @@ int main(int argc, char** argv) {
   if (multiHost) o.launcher = l.source;
   int nranks = procs * o.nthreads * o.ngpus;
   validate(o, nranks);
+  if (o.killRank >= 0) {
+    // A thread cannot be killed alone, and a launcher has its own policy on a dead process
+    // (torchrun restarts the group, mpirun aborts the job): forked processes only.
+    if (multiHost || o.nprocs < 2 || o.nthreads != 1 || o.ngpus != 1) {
+      die(xt::kExitUsage,
+          "--kill needs -p N (N >= 2) with one rank per process (no -t, -g or "
+          "launcher)");
+    }
+    if (o.killRank >= nranks) {
+      die(xt::kExitUsage, "--kill " + std::to_string(o.killRank) + " is not a rank (" +
+                              std::to_string(nranks) + " ranks)");
+    }
+  }
 
   RankSetup base;
   base.nranks = nranks;
@@ -262,7 +281,7 @@ int main(int argc, char** argv) {
     if (fd < 0) die(xt::kExitFailure, "out-of-band listener: " + err);
     base.oobHost = "127.0.0.1";
     base.oobPort = port;
-    xt::OobServer server(fd, nranks, o.timeoutSec);
+    xt::OobServer server(fd, nranks, o.timeoutSec, /*tolerateLoss=*/o.killRank >= 0);
     int code;
     if (o.nprocs > 1) {
       o.launcher = "fork (-p)";

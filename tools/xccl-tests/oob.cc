@@ -1,7 +1,8 @@
 // TCP star out-of-band channel (see oob.h). Wire format, all integers big-endian:
 //   hello:   "XCTS" u32 rank, u32 world
 //   round:   client -> server: u64 len, bytes
-//            server -> client: world x (u64 len, bytes), in rank order
+//            server -> client: world x (u64 len, bytes), in rank order; a dropped rank's
+//            length is kGone and no bytes follow
 #include "oob.h"
 
 #include <arpa/inet.h>
@@ -63,9 +64,15 @@ bool writeMsg(int fd, const std::string& s) {
   return writeAll(fd, &len, 8) && writeAll(fd, s.data(), s.size());
 }
 
-constexpr uint64_t kGoodbye = ~0ULL;  // length value of the "leaving cleanly" frame
+constexpr uint64_t kGoodbye = ~0ULL;   // length value of the "leaving cleanly" frame
+constexpr uint64_t kGone = ~0ULL - 1;  // length value of a dropped rank's slot
 
-// 0 = message, 2 = goodbye, 1 = EOF before the length, -1 = error.
+bool writeGone(int fd) {
+  uint64_t len = toBe64(kGone);
+  return writeAll(fd, &len, 8);
+}
+
+// 0 = message, 2 = goodbye, 3 = a dropped rank's slot, 1 = EOF before the length, -1 = error.
 int readMsg(int fd, std::string* s) {
   uint64_t len;
   char first;
@@ -79,6 +86,7 @@ int readMsg(int fd, std::string* s) {
   if (!readAll(fd, reinterpret_cast<char*>(&len) + 1, 7)) return -1;
   uint64_t n = fromBe64(len);
   if (n == kGoodbye) return 2;
+  if (n == kGone) return 3;
   if (n > (64u << 20)) return -1;  // out-of-band messages are small
   s->assign(n, '\0');
   return readAll(fd, s->data(), n) ? 0 : -1;
@@ -119,8 +127,11 @@ int oobListen(const std::string& bindAddr, int port, int* boundPort, std::string
   return fd;
 }
 
-OobServer::OobServer(int listenFd, int world, int acceptTimeoutSec)
-    : listenFd_(listenFd), world_(world), acceptTimeoutSec_(acceptTimeoutSec) {}
+OobServer::OobServer(int listenFd, int world, int acceptTimeoutSec, bool tolerateLoss)
+    : listenFd_(listenFd),
+      world_(world),
+      acceptTimeoutSec_(acceptTimeoutSec),
+      tolerateLoss_(tolerateLoss) {}
 
 OobServer::~OobServer() { join(); }
 
@@ -178,9 +189,21 @@ void OobServer::run() {
   // Rounds: poll every rank that has not spoken yet, so that a rank dying while the
   // others are busy (say, blocked in a collective with it) is noticed at once.
   std::vector<std::string> msgs(world_);
+  std::vector<bool> alive(world_, true);
+  auto drop = [&](int r) {  // tolerateLoss: the others go on without r
+    ::close(fds[r]);
+    fds[r] = -1;
+    alive[r] = false;
+  };
   for (;;) {
-    std::vector<int> state(world_, -1);  // -1 waiting, 0 message, 2 goodbye
-    int pending = world_;
+    std::vector<int> state(world_, -1);  // -1 waiting, 0 message, 2 goodbye, 3 dropped
+    int pending = 0;
+    for (int r = 0; r < world_; ++r) {
+      if (alive[r])
+        ++pending;
+      else
+        state[r] = 3;
+    }
     bool bad = false;
     while (pending > 0 && !bad) {
       std::vector<pollfd> pfds;
@@ -198,26 +221,42 @@ void OobServer::run() {
       }
       for (size_t k = 0; k < pfds.size() && !bad; ++k) {
         if (pfds[k].revents == 0) continue;
-        int rc = readMsg(pfds[k].fd, &msgs[who[k]]);
-        if (rc != 0 && rc != 2) bad = true;  // EOF without goodbye, or an error
-        state[who[k]] = rc;
+        const int r = who[k];
+        int rc = readMsg(pfds[k].fd, &msgs[r]);
+        if (rc != 0 && rc != 2) {  // EOF without goodbye, or an error
+          if (!tolerateLoss_) {
+            bad = true;
+            break;
+          }
+          drop(r);
+          rc = 3;
+        }
+        state[r] = rc;
         --pending;
       }
     }
-    int byes = 0;
-    for (int st : state) byes += st == 2;
-    if (!bad && byes == world_) break;  // everyone finished: clean shutdown
-    if (bad || byes > 0) {
+    int byes = 0, living = 0;
+    for (int r = 0; r < world_; ++r) {
+      byes += state[r] == 2;
+      living += alive[r];
+    }
+    if (!bad && living > 0 && byes == living) break;  // everyone left finished: clean shutdown
+    if (bad || byes > 0 || living == 0) {
       failed_ = true;  // a rank died or left early: release everyone else
       break;
     }
-    bool ok = true;
-    for (int r = 0; r < world_ && ok; ++r) {
-      for (int s = 0; s < world_ && ok; ++s) ok = writeMsg(fds[r], msgs[s]);
-    }
-    if (!ok) {
-      failed_ = true;
-      break;
+    for (int r = 0; r < world_; ++r) {
+      if (!alive[r]) continue;
+      bool ok = true;
+      for (int s = 0; s < world_ && ok; ++s)
+        ok = alive[s] ? writeMsg(fds[r], msgs[s]) : writeGone(fds[r]);
+      if (ok) continue;
+      if (!tolerateLoss_) {
+        failed_ = true;
+        closeAll();
+        return;
+      }
+      drop(r);  // died after its message: the next round shows it gone
     }
   }
   closeAll();
@@ -227,6 +266,7 @@ OobClient::~OobClient() { close(false); }
 
 void OobClient::connect(const std::string& host, int port, int rank, int world, int timeoutSec) {
   world_ = world;
+  alive_.assign(world, true);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
   std::string lastErr = "timeout";
   while (std::chrono::steady_clock::now() < deadline) {
@@ -269,9 +309,12 @@ std::vector<std::string> OobClient::allgather(const std::string& mine) {
   }
   std::vector<std::string> all(world_);
   for (int r = 0; r < world_; ++r) {
-    if (readMsg(fd_, &all[r]) != 0) {
-      throw std::runtime_error("out-of-band channel closed (another rank failed)");
+    const int rc = readMsg(fd_, &all[r]);
+    if (rc == 3) {
+      alive_[r] = false;
+      continue;
     }
+    if (rc != 0) throw std::runtime_error("out-of-band channel closed (another rank failed)");
   }
   return all;
 }

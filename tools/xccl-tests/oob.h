@@ -9,7 +9,9 @@
 //
 // Failure: a rank leaves cleanly with a goodbye frame; when any rank disconnects without
 // one (crash, exception), the server closes every connection at once, so the other ranks
-// fail fast instead of hanging.
+// fail fast instead of hanging. With tolerateLoss (--kill) it drops that rank instead: the
+// round completes with the others, and every later answer marks the rank gone (the same
+// view on every survivor: what they shrink by).
 #pragma once
 
 #include <memory>
@@ -26,7 +28,7 @@ int oobListen(const std::string& bindAddr, int port, int* boundPort, std::string
 class OobServer {
  public:
   // Takes ownership of listenFd; serves `world` clients until they all disconnect.
-  OobServer(int listenFd, int world, int acceptTimeoutSec);
+  OobServer(int listenFd, int world, int acceptTimeoutSec, bool tolerateLoss = false);
   ~OobServer();
   void start();
   void join();
@@ -37,6 +39,7 @@ class OobServer {
   int listenFd_;
   int world_;
   int acceptTimeoutSec_;
+  bool tolerateLoss_;
   bool failed_ = false;
   std::thread thread_;
 };
@@ -49,8 +52,10 @@ class OobClient {
   OobClient& operator=(const OobClient&) = delete;
   // Retries until the server accepts or timeoutSec passes; throws std::runtime_error.
   void connect(const std::string& host, int port, int rank, int world, int timeoutSec);
-  // Throws std::runtime_error when the channel is closed (another rank failed).
+  // Throws std::runtime_error when the channel is closed (another rank failed). A rank the
+  // server dropped (tolerateLoss) gives "" and is false in alive() from then on.
   std::vector<std::string> allgather(const std::string& mine);
+  const std::vector<bool>& alive() const { return alive_; }
   // clean = this rank finished normally; otherwise the server treats the closure as a
   // failure and disconnects every other rank.
   void close(bool clean);
@@ -58,6 +63,7 @@ class OobClient {
  private:
   int fd_ = -1;
   int world_ = 0;
+  std::vector<bool> alive_;
 };
 
 }  // namespace xt

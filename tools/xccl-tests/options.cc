@@ -180,6 +180,17 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        "self-test of the checker: the last rank corrupts one element "
        "of every out-of-place result and one guard byte; every such check must then fail",
        [&o](const std::string&) { o.injectFault = true; }},
+      {0, "kill", "R[:N]",
+       "rank R SIGKILLs itself before case N (default 1; cases counted from 0 over the run); "
+       "the survivors shrink (xcclCommShrink) and run the rest, checked for the smaller world. "
+       "With -p and one rank per process",
+       [&o](const std::string& v) {
+         const size_t colon = v.find(':');
+         o.killRank = static_cast<int>(toInt("--kill", v.substr(0, colon), 0, 1 << 20));
+         if (colon != std::string::npos) {
+           o.killCase = static_cast<int>(toInt("--kill", v.substr(colon + 1), 0, 1 << 30));
+         }
+       }},
       {'v', "verbose", nullptr, "conformance: print every row, not just failing ones",
        [&o](const std::string&) { o.verbose = true; }},
       {'h', "help", nullptr, "print this help", [help](const std::string&) { *help = true; }},

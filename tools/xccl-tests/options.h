@@ -42,6 +42,8 @@ struct Options {
   bool conformance = false;
   bool verbose = false;
   bool injectFault = false;
+  int killRank = -1;  // --kill R[:N]: rank R dies before case N; the others shrink and go on
+  int killCase = 1;
   std::string device =
       "host";  // -D/--device: "host" (host memory), "xdev" or "cuda" (device memory, streams)
   std::string launcher =

@@ -32,7 +32,13 @@ struct PlaceOut {
 class RankRunner {
  public:
   RankRunner(const Options& opt, const RankSetup& s)
-      : opt_(opt), s_(s), report_(opt, s.nranks), printer_(s.rank == 0) {}
+      : opt_(opt),
+        s_(s),
+        report_(opt, s.nranks, s.rank == 0),
+        printer_(s.rank == 0),
+        firstRank_(s.rank) {
+    for (int r = 0; r < s.nranks; ++r) members_.push_back(r);
+  }
   int run();
 
  private:
@@ -60,7 +66,16 @@ class RankRunner {
   // operation.
   double timedPass(const OpArgs& a, Place& p);
   PlaceOut runPlace(const OpArgs& a, const Layout& l, bool inPlace, bool timed, int caseNo);
-  void runCase(const OpArgs& a, const Layout& l, bool timed, int caseNo, bool quiet);
+  // One case on every rank; false when --kill lost a rank during it and the survivors shrank
+  // (the caller lays the case out again for the smaller world and reruns it).
+  bool runCase(const OpArgs& a, const Layout& l, bool timed, int caseNo, bool quiet);
+  // --kill: the victim dies here before its case; run() counts the cases.
+  void maybeDie();
+  bool unsupportedAfterLoss(const OpArgs& a);
+  // --kill: after a case's gather, the ranks the out-of-band server dropped (in the
+  // communicator's numbering); shrinks them away. Throws on a failure without a loss.
+  bool survive(const OpArgs& a, const Layout& l, int caseNo, const std::vector<std::string>& all,
+               const std::string& myFailure, double failMs);
   void perfMode();
   void conformanceMode();
 
@@ -76,6 +91,11 @@ class RankRunner {
   std::unique_ptr<GuardedBuffer> bufs_[2];  // kept for the run (see GuardedBuffer)
   GuardedBuffer& buffer(int i, size_t bytes);
   std::vector<std::string> rankLines_;
+  // --kill: this process's rank at the start, the original rank of each current rank, and
+  // the cases begun so far (the victim's clock).
+  int firstRank_;
+  std::vector<int> members_;
+  int casesBegun_ = 0;
 };
 
 }  // namespace xt

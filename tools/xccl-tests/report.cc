@@ -116,7 +116,7 @@ void Report::row(const Row& r, bool quiet) {
     bwSum_ += p.busbw;
     ++bwCount_;
   }
-  if (quiet && !bad) return;
+  if (!print_ || (quiet && !bad)) return;
   std::printf("%12zu  %12zu  %8s  %9s  %6d", r.bytes, r.count, typeInfo(r.type).name,
               r.redop.c_str(), r.root);
   for (const PlaceStats& p : r.place) {
@@ -132,6 +132,19 @@ void Report::row(const Row& r, bool quiet) {
     std::printf("#   ^ %s\n", collInfo(r.coll).name);
   }
   for (const std::string& n : r.notes) std::printf("#   %s\n", n.c_str());
+  std::fflush(stdout);
+}
+
+void Report::lost(const Loss& l) {
+  losses_.push_back(l);
+  nranks_ = l.survivors;
+  if (!print_) return;
+  std::string ranks;
+  for (int r : l.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  std::printf(
+      "# lost rank %s during case %d (%s, %zu B): the operation failed after %.1f ms, "
+      "xcclCommShrink took %.1f ms; %d ranks from here, the case runs again\n",
+      ranks.c_str(), l.caseNo, l.coll.c_str(), l.bytes, l.failMs, l.shrinkMs, l.survivors);
   std::fflush(stdout);
 }
 
@@ -191,7 +204,19 @@ bool Report::writeJson(const std::string& path, const std::vector<std::string>& 
         jsonPlace(r.place[0]).c_str(), jsonPlace(r.place[1]).c_str(),
         i + 1 < rows_.size() ? "," : "");
   }
-  std::fprintf(f, "  ],\n  \"skipped\": [");
+  std::fprintf(f, "  ],\n  \"losses\": [");
+  for (size_t i = 0; i < losses_.size(); ++i) {
+    const Loss& l = losses_[i];
+    std::string ranks;
+    for (int r : l.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    std::fprintf(f,
+                 "%s{\"ranks\": [%s], \"case\": %d, \"collective\": \"%s\", "
+                 "\"size_bytes\": %zu, \"survivors\": %d, \"fail_ms\": %.3f, "
+                 "\"shrink_ms\": %.3f}",
+                 i ? ", " : "", ranks.c_str(), l.caseNo, l.coll.c_str(), l.bytes, l.survivors,
+                 l.failMs, l.shrinkMs);
+  }
+  std::fprintf(f, "],\n  \"skipped\": [");
   for (size_t i = 0; i < skips_.size(); ++i) {
     std::fprintf(f, "%s\"%s\"", i ? ", " : "", jsonEscape(skips_[i]).c_str());
   }

@@ -31,9 +31,25 @@ struct Row {
   bool failed() const;
 };
 
+// --kill: the survivors' account of a lost rank (every survivor records it; the printer
+// prints it).
+struct Loss {
+  std::vector<int> ranks;  // the ranks lost, as numbered at the start of the run
+  int caseNo = 0;          // the case during which they were found gone
+  std::string coll;
+  size_t bytes = 0;
+  int survivors = 0;
+  double failMs = 0;    // case start -> this rank saw the operation fail (or the loss)
+  double shrinkMs = 0;  // xcclCommShrink on this rank
+};
+
 class Report {
  public:
-  Report(const Options& opt, int nranks) : opt_(opt), nranks_(nranks) {}
+  // Every rank keeps the tally (so that a survivor can take over printing after a loss);
+  // only the printer prints rows.
+  Report(const Options& opt, int nranks, bool print) : opt_(opt), nranks_(nranks), print_(print) {}
+  void setPrinting(bool print) { print_ = print; }
+  void lost(const Loss& l);
   void header(const std::vector<std::string>& rankLines, const std::string& deviceKind);
   void tableHeader(Coll c);
   // Prints the row unless quiet; notes are always printed for failing rows.
@@ -49,7 +65,9 @@ class Report {
  private:
   const Options& opt_;
   int nranks_;
+  bool print_;
   std::vector<Row> rows_;
+  std::vector<Loss> losses_;
   std::vector<std::string> skips_;
   int64_t wrong_ = 0, oob_ = 0, checks_ = 0, failedChecks_ = 0;
   double bwSum_ = 0;

@@ -99,6 +99,8 @@ void RankRunner::init() {
     stream_ = dev_->streamCreate();
   }
   if (!streams_ && opt_.blocking) stream_ = XCCL_STREAM_CALLER;
+  // --kill: a failed operation must not fail the stream the survivors go on with.
+  if (opt_.killRank >= 0) cfg.streamErrors = xcclStreamErrorsReport;
   call(xcclCommInitRankConfig(&comm_, s_.nranks, id, s_.rank, &cfg), "xcclCommInitRankConfig");
   announce(cfg.device);
 }
@@ -113,6 +115,15 @@ void RankRunner::announce(int device) {
   rankLines_ = oob_.allgather(line);
 }
 
+// --kill: a world the losses made too small for the collective (sendrecv on one rank).
+bool RankRunner::unsupportedAfterLoss(const OpArgs& a) {
+  const std::string whyNot = worldUnsupportedReason(a.coll, s_.nranks);
+  if (whyNot.empty()) return false;
+  report_.skipped(a.coll, a.type, collInfo(a.coll).hasOp ? opName(a.op) : "none",
+                  whyNot + " (after a lost rank)");
+  return true;
+}
+
 void RankRunner::perfMode() {
   for (Coll c : opt_.colls) {
     const CollInfo& ci = collInfo(c);
@@ -120,7 +131,7 @@ void RankRunner::perfMode() {
     int caseNo = 0;
     std::string whyNot = worldUnsupportedReason(c, s_.nranks);
     if (!whyNot.empty()) {
-      if (printer_) report_.skipped(c, opt_.types.front(), "none", whyNot);
+      report_.skipped(c, opt_.types.front(), "none", whyNot);
       continue;
     }
     for (xcclDataType_t t : opt_.types) {
@@ -128,15 +139,20 @@ void RankRunner::perfMode() {
       for (xcclRedOp_t op : ops) {
         std::string why = unsupportedReason(c, t, op);
         if (!why.empty()) {  // explicit requests were rejected in main(); this is an "all"
-          if (printer_) report_.skipped(c, t, opName(op), why);
+          report_.skipped(c, t, opName(op), why);
           continue;
         }
         OpArgs a{c, t, op, ci.hasRoot ? opt_.root : 0, 0};
         size_t bytes = opt_.minBytes;
         for (;;) {
-          Layout l = layoutFromBytes(c, bytes, typeInfo(t).size, s_.nranks, s_.rank);
-          a.count = l.count;
-          runCase(a, l, true, caseNo++, false);
+          maybeDie();
+          for (bool done = false; !done;) {  // again on the survivors after a --kill loss
+            if (ci.hasRoot) a.root = opt_.root % s_.nranks;
+            Layout l = layoutFromBytes(c, bytes, typeInfo(t).size, s_.nranks, s_.rank);
+            a.count = l.count;
+            done = unsupportedAfterLoss(a) || runCase(a, l, true, caseNo, false);
+          }
+          ++caseNo;
           if (bytes >= opt_.maxBytes) break;
           size_t next = opt_.additiveStep
                             ? bytes + opt_.stepBytes
@@ -154,10 +170,8 @@ void RankRunner::conformanceMode() {
     const CollInfo& ci = collInfo(c);
     std::string whyNot = worldUnsupportedReason(c, s_.nranks);
     if (!whyNot.empty()) {
-      if (printer_) {
-        report_.skipped(c, opt_.types.front(), "none", whyNot);
-        std::printf("# %-15s skipped: %s\n", ci.name, whyNot.c_str());
-      }
+      report_.skipped(c, opt_.types.front(), "none", whyNot);
+      if (printer_) std::printf("# %-15s skipped: %s\n", ci.name, whyNot.c_str());
       continue;
     }
     if (printer_ && opt_.verbose) report_.tableHeader(c);
@@ -169,16 +183,20 @@ void RankRunner::conformanceMode() {
       for (xcclRedOp_t op : ops) {
         std::string why = unsupportedReason(c, t, op);
         if (!why.empty()) {
-          if (printer_) report_.skipped(c, t, opName(op), why);
+          report_.skipped(c, t, opName(op), why);
           continue;
         }
         size_t es = typeInfo(t).size;
         for (size_t count :
              {size_t{0}, size_t{1}, size_t{3}, size_t{17}, 1024 / es + 5, 65536 / es}) {
-          int root = ci.hasRoot ? (opt_.rootGiven ? opt_.root : caseNo % s_.nranks) : 0;
-          OpArgs a{c, t, op, root, count};
-          Layout l = layoutFromCount(c, count, es, s_.nranks, s_.rank);
-          runCase(a, l, false, caseNo++, !opt_.verbose);
+          maybeDie();
+          for (bool done = false; !done;) {  // again on the survivors after a --kill loss
+            int root = ci.hasRoot ? (opt_.rootGiven ? opt_.root : caseNo) % s_.nranks : 0;
+            OpArgs a{c, t, op, root, count};
+            Layout l = layoutFromCount(c, count, es, s_.nranks, s_.rank);
+            done = unsupportedAfterLoss(a) || runCase(a, l, false, caseNo, !opt_.verbose);
+          }
+          ++caseNo;
           cases += inPlaceSupported(c) ? 2 : 1;
         }
       }
@@ -211,9 +229,16 @@ int RankRunner::run() {
         code = kExitFailure;
       }
     }
-    // Everyone exits with rank 0's verdict.
+    if (opt_.killRank >= 0 && casesBegun_ <= opt_.killCase) {
+      if (printer_) {
+        std::fprintf(stderr, "xccl-tests: --kill %d:%d: the run has only %d cases\n", opt_.killRank,
+                     opt_.killCase, casesBegun_);
+      }
+      code = kExitUsage;
+    }
+    // Everyone exits with rank 0's verdict (the lowest survivor's after a --kill loss).
     std::vector<std::string> verdict = oob_.allgather(printer_ ? std::to_string(code) : "");
-    code = std::atoi(verdict[0].c_str());
+    code = std::atoi(verdict[members_[0]].c_str());
     call(xcclCommDestroy(comm_), "xcclCommDestroy");
     comm_ = nullptr;
     bufs_[0].reset();

@@ -1,9 +1,14 @@
 // One case of one rank (rank_runner.h), per placement (out-of-place, in-place): guard and
 // fill the buffers, the check pass, the timed pass, the guard count; then every rank's
 // outcome travels to rank 0 (the out-of-band channel, not libxccl), which prints the row.
+#include <signal.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "rank_runner.h"
 
@@ -135,23 +140,39 @@ PlaceOut RankRunner::runPlace(const OpArgs& a, const Layout& l, bool inPlace, bo
   return out;
 }
 
-void RankRunner::runCase(const OpArgs& a, const Layout& l, bool timed, int caseNo, bool quiet) {
-  PlaceOut p[2] = {runPlace(a, l, false, timed, caseNo),
-                   inPlaceSupported(a.coll) ? runPlace(a, l, true, timed, caseNo) : PlaceOut()};
-  CaseWire w;
-  std::memset(&w, 0, sizeof w);
-  std::string notes;
-  for (int k = 0; k < 2; ++k) {
-    w.ran[k] = p[k].ran;
-    w.timeUs[k] = p[k].timeUs;
-    w.wrong[k] = p[k].wrong;
-    w.oob[k] = p[k].oob;
-    notes += p[k].note;
-    notes += '\0';
+bool RankRunner::runCase(const OpArgs& a, const Layout& l, bool timed, int caseNo, bool quiet) {
+  const bool survivable = opt_.killRank >= 0;
+  PlaceOut p[2];
+  std::string failure;  // --kill: an operation failed here (a lost peer, presumably)
+  const double t0 = nowUs();
+  try {
+    p[0] = runPlace(a, l, false, timed, caseNo);
+    if (inPlaceSupported(a.coll)) p[1] = runPlace(a, l, true, timed, caseNo);
+  } catch (const std::exception& e) {
+    if (!survivable) throw;
+    failure = e.what();
   }
-  std::vector<std::string> all =
-      oob_.allgather(std::string(reinterpret_cast<const char*>(&w), sizeof w) + notes);
-  if (!printer_) return;
+  const double failMs = (nowUs() - t0) / 1e3;
+  std::string mine;
+  if (!failure.empty()) {
+    mine = "!" + failure;  // a CaseWire starts with a 0 or 1 byte, never '!'
+  } else {
+    CaseWire w;
+    std::memset(&w, 0, sizeof w);
+    std::string notes;
+    for (int k = 0; k < 2; ++k) {
+      w.ran[k] = p[k].ran;
+      w.timeUs[k] = p[k].timeUs;
+      w.wrong[k] = p[k].wrong;
+      w.oob[k] = p[k].oob;
+      notes += p[k].note;
+      notes += '\0';
+    }
+    mine = std::string(reinterpret_cast<const char*>(&w), sizeof w) + notes;
+  }
+  // Indexed by the ranks of the run's start (the channel's numbering); members_ maps.
+  std::vector<std::string> all = oob_.allgather(mine);
+  if (survivable && !survive(a, l, caseNo, all, failure, failMs)) return false;
   Row row;
   row.coll = a.coll;
   row.bytes = l.bytes;
@@ -164,7 +185,7 @@ void RankRunner::runCase(const OpArgs& a, const Layout& l, bool timed, int caseN
     double sum = 0, mn = 0, mx = 0;
     for (int r = 0; r < s_.nranks; ++r) {
       CaseWire rw;
-      std::memcpy(&rw, all[r].data(), sizeof rw);
+      std::memcpy(&rw, all[members_[r]].data(), sizeof rw);
       ps.ran = rw.ran[k];
       ps.wrong += rw.wrong[k];
       ps.oob += rw.oob[k];
@@ -181,7 +202,7 @@ void RankRunner::runCase(const OpArgs& a, const Layout& l, bool timed, int caseN
     ps.busbw = ps.algbw * busFactor(a.coll, s_.nranks);
   }
   for (int r = 0; r < s_.nranks; ++r) {
-    const std::string& m = all[r];
+    const std::string& m = all[members_[r]];
     size_t pos = sizeof(CaseWire);
     for (int k = 0; k < 2 && pos <= m.size(); ++k) {
       size_t end = m.find('\0', pos);
@@ -190,7 +211,66 @@ void RankRunner::runCase(const OpArgs& a, const Layout& l, bool timed, int caseN
       pos = end + 1;
     }
   }
-  report_.row(row, quiet);
+  report_.row(row, quiet);  // every rank keeps the tally; the printer prints
+  return true;
+}
+
+void RankRunner::maybeDie() {
+  if (opt_.killRank == firstRank_ && casesBegun_ == opt_.killCase) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    raise(SIGKILL);
+  }
+  ++casesBegun_;
+}
+
+bool RankRunner::survive(const OpArgs& a, const Layout& l, int caseNo,
+                         const std::vector<std::string>& all, const std::string& myFailure,
+                         double failMs) {
+  // The server's view of who left is the same on every survivor: it decides, not each
+  // rank's own probe (two probes a moment apart could disagree).
+  const std::vector<bool>& alive = oob_.alive();
+  std::vector<int> gone;  // in the communicator's numbering
+  std::string failure =
+      myFailure.empty() ? "" : "rank " + std::to_string(s_.rank) + ": " + myFailure;
+  for (int r = 0; r < s_.nranks; ++r) {
+    const int orig = members_[r];
+    if (!alive[orig]) {
+      gone.push_back(r);
+    } else if (failure.empty() && !all[orig].empty() && all[orig][0] == '!') {
+      failure = "rank " + std::to_string(r) + ": " + all[orig].substr(1);
+    }
+  }
+  if (gone.empty()) {
+    if (failure.empty()) return true;
+    throw std::runtime_error(failure + " (and no rank was lost)");
+  }
+  const double t0 = nowUs();
+  xcclComm_t child = nullptr;
+  call(xcclCommShrink(comm_, gone.data(), static_cast<int>(gone.size()), &child, nullptr,
+                      XCCL_SHRINK_ABORT),
+       "xcclCommShrink");
+  Loss loss;
+  loss.shrinkMs = (nowUs() - t0) / 1e3;
+  loss.failMs = failMs;
+  xcclCommAbort(comm_);  // its operations failed with the loss; nothing to wait for
+  comm_ = child;
+  for (auto it = gone.rbegin(); it != gone.rend(); ++it) {
+    loss.ranks.insert(loss.ranks.begin(), members_[*it]);
+    members_.erase(members_.begin() + *it);
+  }
+  loss.caseNo = caseNo;
+  loss.coll = collInfo(a.coll).name;
+  loss.bytes = l.bytes;
+  loss.survivors = static_cast<int>(members_.size());
+  s_.nranks = loss.survivors;
+  for (int r = 0; r < s_.nranks; ++r) {
+    if (members_[r] == firstRank_) s_.rank = r;
+  }
+  printer_ = s_.rank == 0;  // the lowest survivor prints from here (it kept the tally)
+  report_.setPrinting(printer_);
+  report_.lost(loss);
+  return false;
 }
 
 }  // namespace xt
