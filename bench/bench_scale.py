@@ -19,6 +19,7 @@ checking costs more than the collectives).
 Usage:
   python3 bench/bench_scale.py                                   # 8 .. 256, 8 B / 8 KiB / 1 MiB
   python3 bench/bench_scale.py --nranks 8 32 --iters 10 --name smoke
+  python3 bench/bench_scale.py --tcp [--eager] --no-mpi ...     # TCP pairs: on first use / eager
 Writes bench/results/<name>.json and prints a markdown table (BENCHMARKS.md section 14).
 """
 from __future__ import annotations
@@ -53,13 +54,14 @@ def iters_for(size, iters):
     return (iters, iters) if size < (1 << 20) else (max(5, iters // 5), 3)
 
 
-def xccl_point(n, sizes, iters, check, timeout):
+def xccl_point(n, sizes, iters, check, timeout, extra_env=None):
     """One xccl-tests run per size (its size steps are geometric; ours need not be)."""
     out = {"us": {}, "init_ms": [], "dest": [], "warnings": 0, "wrong": 0, "wall_s": 0.0}
     for size in sizes:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "x.json")
-            env = dict(os.environ, XCCL_DEBUG="INFO", XCCL_DEBUG_SUBSYS="INIT")
+            env = dict(os.environ, XCCL_DEBUG="INFO", XCCL_DEBUG_SUBSYS="INIT",
+                       **(extra_env or {}))
             it, warm = iters_for(size, iters)
             cmd = [XCCL_TESTS, "all_reduce", "-p", str(n), "-z", "1", "-a", "3",
                    "-n", str(it), "-w", str(warm), "-c", "1" if check else "0", "-J", path,
@@ -81,7 +83,8 @@ def xccl_point(n, sizes, iters, check, timeout):
     med = (lambda i: statistics.median(int(x[i]) for x in dest)) if dest else (lambda i: None)
     out.update({"init_ms_max": max(inits) if inits else None,
                 "init_ms_median": statistics.median(inits) if inits else None,
-                "peers_connected_median": med(1), "ring_kib_median": med(4),
+                "peers_connected_median": med(1), "tcp_connected_median": med(2),
+                "ring_kib_median": med(4),
                 "fds_median": med(5)})
     return out
 
@@ -163,6 +166,11 @@ def main():
     ap.add_argument("--no-mpi", action="store_true")
     ap.add_argument("--check", action="store_true", help="xccl-tests checks every result")
     ap.add_argument("--timeout", type=int, default=900, help="per launch (s)")
+    ap.add_argument("--tcp", action="store_true",
+                    help="xccl over TCP between the processes (XCCL_SHM_DISABLE=1), as across "
+                         "hosts: pairs connect on first use (tcp/lazy.cc)")
+    ap.add_argument("--eager", action="store_true",
+                    help="XCCL_RUNTIME_CONNECT=0: every pair at creation")
     ap.add_argument("--name", default=time.strftime("scale_%Y%m%d"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -171,9 +179,15 @@ def main():
     if not a.no_mpi and mpi is None:
         print("mpirun/mpicc not found (apt-get install openmpi-bin libopenmpi-dev): no MPI rows",
               file=sys.stderr)
-    result = {"sizes": sizes, "iters": a.iters, "nproc": os.cpu_count(), "points": {}}
+    extra = {}
+    if a.tcp:
+        extra["XCCL_SHM_DISABLE"] = "1"
+    if a.eager:
+        extra["XCCL_RUNTIME_CONNECT"] = "0"
+    result = {"sizes": sizes, "iters": a.iters, "nproc": os.cpu_count(), "env": extra,
+              "points": {}}
     for n in a.nranks:
-        pt = {"xccl": xccl_point(n, sizes, a.iters, a.check, a.timeout)}
+        pt = {"xccl": xccl_point(n, sizes, a.iters, a.check, a.timeout, extra)}
         if mpi:
             pt["mpi"] = mpi_point(mpi, n, sizes, a.iters, a.timeout)
         result["points"][n] = pt
@@ -195,7 +209,8 @@ def main():
     for n in a.nranks:
         x, m = result["points"][n]["xccl"], result["points"][n].get("mpi", {})
         cells = [str(n), str(x.get("init_ms_max")), str(m.get("init_ms_max", "-")),
-                 str(x.get("peers_connected_median")), str(x.get("fds_median"))]
+                 str(x.get("tcp_connected_median") if a.tcp else
+                     x.get("peers_connected_median")), str(x.get("fds_median"))]
         t = result["points"][n].get("torch", {})
         for s in sizes:
             tx, tg = t.get("xccl", {}).get(s), t.get("gloo", {}).get(s)

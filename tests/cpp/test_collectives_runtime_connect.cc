@@ -1,6 +1,6 @@
-// Connections on first use (XCCL_RUNTIME_CONNECT, transport/shm/arena.h): a communicator
-// connects only the pairs its operations use, xcclCommGetStats says so, an alltoall connects
-// them all, eager set-up still connects every pair; a peer that left before the pair was
+// Connections on first use (XCCL_RUNTIME_CONNECT: transport/shm/arena.h, tcp/lazy.cc): a
+// communicator connects only the pairs its operations use, xcclCommGetStats says so, an alltoall
+// connects them all, eager set-up still connects every pair; a peer that left before the pair was
 // connected fails the operation that needs it instead of hanging; a peer that is late to its
 // first operation is still heard (the arena carries its heartbeat); and a process with a
 // runnable thread counts as alive (the heartbeat's kernel witness, common/process.h).
@@ -68,6 +68,49 @@ TEST(RuntimeConnect, OnlyThePairsAnAlgorithmUsesAreConnected) {
   });
 }
 
+// The same over TCP (tcp/lazy.cc): the lower rank of a pair connects at its first use, the
+// higher rank's acceptor thread answers; nothing is connected at creation.
+TEST(RuntimeConnect, TcpPairsConnectWhenAnOperationFirstUsesThem) {
+  ScopedEnv tcp("XCCL_SHM_DISABLE", "1");
+  ScopedEnv algo("XCCL_ALGO", "allreduce=recdoubling");
+  const int n = 8;
+  ThreadWorld world(n);
+  world.run([&](int rank, xcclComm_t comm) {
+    xcclCommStats_t st = statsOf(comm);
+    EXPECT_EQ(st.tcpConnected, 0) << "rank " << rank << " connected before any operation";
+    EXPECT_EQ(st.onFirstUse, n - 1);
+    allreduceOnce(comm, n);
+    const std::set<int> used = {rank ^ 1, rank ^ 2, rank ^ 4, (rank + 1) % n, (rank + n - 1) % n};
+    st = statsOf(comm);
+    EXPECT_EQ(st.tcpConnected, static_cast<int>(used.size())) << "rank " << rank;
+    EXPECT_EQ(st.onFirstUse, n - 1 - static_cast<int>(used.size())) << "rank " << rank;
+    EXPECT_EQ(st.shmConnected, 0);
+    allreduceOnce(comm, n);  // again, on the connections made
+  });
+  world.run([&](int rank, xcclComm_t comm) {  // alltoall needs every pair
+    std::vector<float> in(n, static_cast<float>(rank)), out(n, -1.0f);
+    check(xcclAllToAll(in.data(), out.data(), 1, xcclFloat32, comm, nullptr), comm);
+    waitAll(comm);
+    for (int p = 0; p < n; ++p) EXPECT_EQ(out[p], static_cast<float>(p));
+    xcclCommStats_t st = statsOf(comm);
+    EXPECT_EQ(st.tcpConnected, n - 1);
+    EXPECT_EQ(st.onFirstUse, 0);
+  });
+}
+
+TEST(RuntimeConnect, EagerTcpSetUpConnectsEveryPairAtCreation) {
+  ScopedEnv tcp("XCCL_SHM_DISABLE", "1");
+  ScopedEnv eager("XCCL_RUNTIME_CONNECT", "0");
+  const int n = 4;
+  ThreadWorld world(n);
+  world.run([&](int, xcclComm_t comm) {
+    xcclCommStats_t st = statsOf(comm);
+    EXPECT_EQ(st.tcpConnected, n - 1);
+    EXPECT_EQ(st.onFirstUse, 0);
+    allreduceOnce(comm, n);
+  });
+}
+
 TEST(RuntimeConnect, EagerSetUpConnectsEveryPairAtCreation) {
   ScopedEnv eager("XCCL_RUNTIME_CONNECT", "0");
   const int n = 4;
@@ -85,16 +128,18 @@ TEST(RuntimeConnect, StatsRejectANullOutput) {
   EXPECT_EQ(xcclCommGetStats(world.comm(0), nullptr), xcclInvalidArgument);
 }
 
-// Rank 1 destroys its communicator before rank 0 ever talked to it: rank 0's first operation
-// with it fails (naming it) instead of waiting for the timeout.
-TEST(RuntimeConnect, APeerGoneBeforeThePairConnectedFailsTheOperation) {
+// One rank destroys its communicator before the other ever talked to it: the other's first
+// operation with it fails (naming it) instead of waiting for the timeout. Over SHM (the
+// arena), and over TCP both ways: the lower rank's connect is refused, and the higher rank,
+// waiting for the lower one to connect, finds its listener closed.
+void expectAGonePeerFailsTheFirstOperation(int gone) {
   xcclUniqueId id;
   ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
   xccl_test::runProcesses(
       2,
       [&](int rank) {
         xcclComm_t comm = initHostRank(id, 2, rank);
-        if (rank == 1) {
+        if (rank == gone) {
           check(xcclCommDestroy(comm));
           std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, communicator gone
           return;
@@ -115,15 +160,28 @@ TEST(RuntimeConnect, APeerGoneBeforeThePairConnectedFailsTheOperation) {
         EXPECT_NE(r, xcclSuccess);
         EXPECT_NE(r, xcclTimeout) << why;
         EXPECT_LT(took, 5.0) << why;
-        EXPECT_NE(why.find("rank 1"), std::string::npos) << why;
+        EXPECT_NE(why.find("rank " + std::to_string(gone)), std::string::npos) << why;
         xcclCommAbort(comm);
       },
       60);
 }
 
+TEST(RuntimeConnect, APeerGoneBeforeThePairConnectedFailsTheOperation) {
+  expectAGonePeerFailsTheFirstOperation(1);
+}
+
+TEST(RuntimeConnect, APeerGoneBeforeTheTcpPairConnectedFailsTheOperationEitherWay) {
+  ScopedEnv tcp("XCCL_SHM_DISABLE", "1");
+  expectAGonePeerFailsTheFirstOperation(1);  // the lower rank's connect is refused
+  expectAGonePeerFailsTheFirstOperation(0);  // the higher rank finds no listener
+}
+
 // A peer late to its first operation has no connection object for us yet; its heartbeat
-// still reaches us through its arena, so the wait is not a failure.
-TEST(RuntimeConnect, APeerLateToItsFirstOperationIsStillHeard) {
+// still reaches us (SHM: through its arena; TCP: its acceptor thread beats on the
+// connection we made until its engine takes it), so the wait is not a failure. Over TCP the
+// late rank is once the highest (the others connect to it) and once the lowest (the others
+// wait for it to connect).
+void expectALatePeerIsStillHeard(int late) {
   ScopedEnv interval("XCCL_HEARTBEAT_MS", "100");
   ScopedEnv timeout("XCCL_HEARTBEAT_TIMEOUT_MS", "800");
   xcclUniqueId id;
@@ -133,11 +191,19 @@ TEST(RuntimeConnect, APeerLateToItsFirstOperationIsStillHeard) {
       n,
       [&](int rank) {
         xcclComm_t comm = initHostRank(id, n, rank);
-        if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
         allreduceOnce(comm, n);
         check(xcclCommDestroy(comm));
       },
       60);
+}
+
+TEST(RuntimeConnect, APeerLateToItsFirstOperationIsStillHeard) { expectALatePeerIsStillHeard(2); }
+
+TEST(RuntimeConnect, APeerLateToItsFirstTcpOperationIsStillHeard) {
+  ScopedEnv tcp("XCCL_SHM_DISABLE", "1");
+  expectALatePeerIsStillHeard(2);
+  expectALatePeerIsStillHeard(0);
 }
 
 TEST(ProcessState, ARunnableThreadIsSeenAndASleepingProcessIsNot) {

@@ -32,22 +32,26 @@ namespace {
 using xccl::Deadline;
 using xccl::PeerSetup;
 
-// kShm: the pairs of one host connect on first use (the default); kShmEager: every ring at
-// creation (XCCL_RUNTIME_CONNECT=0).
-enum class Mode { kShm, kTcp, kMixed, kShmEager };
+// kShm, kTcp, kMixed: the pairs connect on first use (the default: SHM through the arena,
+// TCP by the lower rank, tcp/lazy.cc); kShmEager, kTcpEager: every pair at creation
+// (XCCL_RUNTIME_CONNECT=0).
+enum class Mode { kShm, kTcp, kMixed, kShmEager, kTcpEager };
 const char* modeName(Mode m) {
-  return m == Mode::kShm     ? "Shm"
-         : m == Mode::kTcp   ? "Tcp"
-         : m == Mode::kMixed ? "Mixed"
-                             : "ShmEager";
+  return m == Mode::kShm        ? "Shm"
+         : m == Mode::kTcp      ? "Tcp"
+         : m == Mode::kMixed    ? "Mixed"
+         : m == Mode::kTcpEager ? "TcpEager"
+                                : "ShmEager";
 }
+bool eager(Mode m) { return m == Mode::kShmEager || m == Mode::kTcpEager; }
+bool tcpOnly(Mode m) { return m == Mode::kTcp || m == Mode::kTcpEager; }
 
 // Fake hosts for Mode::kMixed: even ranks on host A, odd ranks on host B.
 const char* fakeHost(int rank) { return rank % 2 ? "fake-host-b" : "fake-host-a"; }
 
 const char* expectedKind(Mode m, int a, int b) {
   if (m == Mode::kShm || m == Mode::kShmEager) return "SHM";
-  if (m == Mode::kTcp) return "TCP";
+  if (tcpOnly(m)) return "TCP";
   return a % 2 == b % 2 ? "SHM" : "TCP";
 }
 
@@ -144,8 +148,7 @@ void rankBody(xccl::Store& store, Mode mode, int rank, int nranks, const std::st
                                             Deadline::after(30000), abortFlag);
   checkSetup(s, mode, rank, nranks);
   for (int p = 0; p < nranks; ++p) {  // which pairs were left for first use
-    const bool onFirstUse =
-        p != rank && std::string(expectedKind(mode, rank, p)) == "SHM" && mode != Mode::kShmEager;
+    const bool onFirstUse = p != rank && !eager(mode);
     EXPECT_EQ(s.onFirstUse[p] != 0, onFirstUse) << "rank " << rank << " -> " << p;
   }
   Streams st(nranks);
@@ -159,8 +162,8 @@ class ConnectTest : public testing::TestWithParam<std::tuple<Mode, int>> {};
 
 TEST_P(ConnectTest, Threads) {
   auto [mode, nranks] = GetParam();
-  xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", mode == Mode::kTcp ? "1" : nullptr);
-  xccl_test::ScopedEnv eager("XCCL_RUNTIME_CONNECT", mode == Mode::kShmEager ? "0" : nullptr);
+  xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", tcpOnly(mode) ? "1" : nullptr);
+  xccl_test::ScopedEnv eagerEnv("XCCL_RUNTIME_CONNECT", eager(mode) ? "0" : nullptr);
   auto store = xccl::makeMemoryStore();
   std::string secret = xccl::randomSecret();
   xccl_test::runThreads(
@@ -175,8 +178,8 @@ TEST_P(ConnectTest, Threads) {
 
 TEST_P(ConnectTest, Processes) {
   auto [mode, nranks] = GetParam();
-  xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", mode == Mode::kTcp ? "1" : nullptr);
-  xccl_test::ScopedEnv eager("XCCL_RUNTIME_CONNECT", mode == Mode::kShmEager ? "0" : nullptr);
+  xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", tcpOnly(mode) ? "1" : nullptr);
+  xccl_test::ScopedEnv eagerEnv("XCCL_RUNTIME_CONNECT", eager(mode) ? "0" : nullptr);
   xcclUniqueId id;
   xccl::createUniqueId(&id);
   xccl_test::runProcesses(
@@ -191,7 +194,7 @@ TEST_P(ConnectTest, Processes) {
 
 INSTANTIATE_TEST_SUITE_P(All, ConnectTest,
                          testing::Combine(testing::Values(Mode::kShm, Mode::kTcp, Mode::kMixed,
-                                                          Mode::kShmEager),
+                                                          Mode::kShmEager, Mode::kTcpEager),
                                           testing::Values(2, 3, 4)),
                          [](const testing::TestParamInfo<ConnectTest::ParamType>& info) {
                            return std::string(modeName(std::get<0>(info.param))) + "_" +

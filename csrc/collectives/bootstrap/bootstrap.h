@@ -23,6 +23,9 @@
 namespace xccl {
 
 class Device;
+namespace tcp {
+class Acceptor;
+}
 
 class Store {
  public:
@@ -87,6 +90,7 @@ struct MemberWatch {
   std::vector<std::string> services;
   std::vector<std::string> who;  // for messages, by rank ("" = "rank <r>")
   int64_t silentLimitMs = 0;
+  std::string consequence = "the new communicator cannot be made";  // ends the message
   // Throws RemoteError when member `rank` is gone or silent too long (`self`, `waitingFor`:
   // for the message); a probe of at most 100 ms. One thread at a time.
   void check(int self, int rank, const std::string& waitingFor) const;
@@ -139,9 +143,15 @@ struct PeerSetup {
   // This rank's doorbell, which its shared-memory peers ring (null without such peers).
   std::unique_ptr<shm::Doorbell> bell;
   std::vector<std::unique_ptr<Connection>> connections;  // indexed by rank; null for self
-  // By rank: connected on first use (connectOnFirstUse), null in `connections` until then.
+  // By rank: connected on first use (connectOnFirstUse), null in `connections` until then:
+  // kFirstUseShm through the arena, kFirstUseTcp by the lower rank of the pair.
   std::vector<char> onFirstUse;
+  // The listener of TCP pairs made on first use, and the higher rank's side of them (null
+  // without remote peers, or with XCCL_RUNTIME_CONNECT=0).
+  std::shared_ptr<tcp::Acceptor> acceptor;
+  std::string secret;  // the communicator's, for those handshakes
 };
+constexpr char kFirstUseShm = 1, kFirstUseTcp = 2;
 
 // Exchanges PeerInfo through `store` (keys under "peer/<rank>") and connects to the other
 // ranks: TCP peers and eagerly made shared-memory rings at once; with XCCL_RUNTIME_CONNECT=1
@@ -154,12 +164,16 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                        Device& device, const Deadline& deadline, const std::atomic<bool>& abortFlag,
                        const std::string& hostTopology = "", const MemberWatch* watch = nullptr);
 
-// The connection with `peer` (setup.onFirstUse[peer]): maps the peer's ring towards us from
-// its arena and pairs it with ours (shm/arena.h). One-sided: the peer need not be in an
-// operation. Throws as Arena::connect.
+// The connection with `peer` (setup.onFirstUse[peer]). SHM: maps the peer's ring towards us
+// from its arena and pairs it with ours (shm/arena.h); one-sided, the peer need not be in an
+// operation; throws as Arena::connect. TCP: a connection that connects (lower rank) or is
+// answered (higher rank) as the engine first moves bytes on it (tcp/lazy.cc); never throws
+// for the peer's state, it reports it through peerGone() (a peer silent for silentLimitMs
+// too, 0 = until the deadline).
 std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer, Device& device,
                                               const Deadline& deadline,
-                                              const std::atomic<bool>& abortFlag);
+                                              const std::atomic<bool>& abortFlag,
+                                              int64_t silentLimitMs = 0);
 
 // 32 random bytes, hex encoded, from the OS entropy source.
 std::string randomSecret();

@@ -85,8 +85,11 @@ StoreParse parseStoreRequest(const std::string& in, StoreRequest* req, size_t* u
 // service); otherwise it retires once every rank of a unique-id rendezvous marked done.
 void startStoreServer(net::Fd listener, const std::string& secret, bool forever);
 // A client of the store server at `addr` (connect, then the mutual challenge-response).
+// knownUp: the server listened before its address was given out, so a refusal is a
+// RemoteError at once (its process is gone) instead of a retry until the deadline.
 std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
-                                      const std::string& what, const Deadline& deadline);
+                                      const std::string& what, const Deadline& deadline,
+                                      bool knownUp = false);
 // The client's half of the challenge-response on a connected socket; throws RemoteError
 // when the server does not know the secret or refuses our proof.
 void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& ctx);

@@ -96,7 +96,9 @@ std::unique_ptr<Store> connectService(const std::string& service, const Deadline
   sockaddr_in addr{};
   std::string secret;
   parseService(service, &addr, &secret);
-  return connectStoreAt(addr, secret, "bootstrap service", deadline);
+  // A service is published only once it listens, and lives as long as its process: a
+  // refusal means the process is gone, not that it is still starting (no retries).
+  return connectStoreAt(addr, secret, "bootstrap service", deadline, /*knownUp=*/true);
 }
 
 ServiceState probeServiceState(const std::string& service, const Deadline& deadline) {
@@ -155,11 +157,11 @@ void MemberWatch::check(int self, int rank, const std::string& waitingFor) const
     throw RemoteError(strCat("rank ", self, ": ", member, " has not answered for ", silentMs,
                              " ms (stopped or cut off; XCCL_HEARTBEAT_TIMEOUT_MS=", silentLimitMs,
                              ") while this rank waits for ", waitingFor,
-                             "; the new communicator cannot be made"));
+                             consequence.empty() ? "" : "; " + consequence));
   }
   throw RemoteError(strCat("rank ", self, ": ", member,
                            " is gone (its process no longer answers) while this rank waits for ",
-                           waitingFor, "; the new communicator cannot be made"));
+                           waitingFor, consequence.empty() ? "" : "; " + consequence));
 }
 
 }  // namespace xccl

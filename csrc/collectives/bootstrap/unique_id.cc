@@ -427,10 +427,11 @@ void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& c
 
 // One authenticated client connection to a store server at `addr` holding `secret` (raw).
 std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
-                                      const std::string& what, const Deadline& deadline) {
+                                      const std::string& what, const Deadline& deadline,
+                                      bool knownUp) {
   const std::string where = net::formatAddr(addr);
   net::WaitCtx ctx{deadline, nullptr, strCat(what, " ", where)};
-  net::Fd fd = net::connectTo(addr, ctx);
+  net::Fd fd = knownUp ? net::connectOnce(addr, ctx) : net::connectTo(addr, ctx);
   authenticateClient(fd.get(), secret, ctx);
   XCCL_TRACE(BOOT, "connected to ", what, " ", where);
   return std::make_unique<UniqueIdStore>(std::move(fd), where);

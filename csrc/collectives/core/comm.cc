@@ -12,6 +12,7 @@
 #include "collectives/topology/detect.h"
 #include "collectives/topology/render.h"
 #include "collectives/topology/topo_file.h"
+#include "collectives/transport/tcp/connection.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -80,6 +81,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   }
   peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_), abort_,
                         hostText, watch);
+  if (peers_.acceptor) peers_.acceptor->beatHeld(heartbeatIntervalMs());
   std::vector<std::string> hostIds, hostTexts;
   std::vector<int> ordinals;
   for (const auto& p : peers_.peers) {
@@ -109,16 +111,21 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
               yieldKnob < 0 ? " (XCCL_YIELD_WHEN_IDLE=1 forces it, 0 turns it off)" : "");
   }
   shm::Arena* arena = peers_.arena.get();
+  const bool laterPeers = std::any_of(peers_.onFirstUse.begin(), peers_.onFirstUse.end(),
+                                      [](char c) { return c != 0; });
   heartbeat_ = std::make_unique<Heartbeat>(
-      rank, conns, arena ? std::function<void()>([arena] { arena->beatAll(); }) : nullptr);
+      rank, conns, arena ? std::function<void()>([arena] { arena->beatAll(); }) : nullptr,
+      laterPeers);
   exchange_->setConnector([this](int peer) { return connectOnFirstUse(peer); });
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   // The start-up summary: one line per rank saying where it runs and how it reaches peers.
-  int shm = 0, tcp = 0, later = 0;
+  int shm = 0, tcp = 0, shmLater = 0, tcpLater = 0;
   for (int p = 0; p < nranks; ++p) {
     const auto& c = peers_.connections[p];
-    if (peers_.onFirstUse[p]) {
-      ++later;
+    if (peers_.onFirstUse[p] == kFirstUseTcp) {
+      ++tcpLater;
+    } else if (peers_.onFirstUse[p]) {
+      ++shmLater;
     } else if (c) {
       (std::string(c->kind()) == "SHM" ? shm : tcp)++;
     }
@@ -127,8 +134,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks, " ready on ",
       peers_.peers[rank].hostname, " device ", device_->busId(), " listening on ",
       peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm, " peer(s) via SHM, ", tcp, " via TCP, ",
-      later, " via SHM on first use (XCCL_RUNTIME_CONNECT); ", topo_.plan.hosts.size(),
-      " host(s), topology ", topo_.source, ", ring",
+      shmLater, " via SHM and ", tcpLater, " via TCP on first use (XCCL_RUNTIME_CONNECT); ",
+      topo_.plan.hosts.size(), " host(s), topology ", topo_.source, ", ring",
       [&] {
         std::string s;
         for (int r : topo_.plan.ring()) s += " " + std::to_string(r);

@@ -3,6 +3,7 @@
 // (xcclCommGetStats). peers_.connections is guarded by connMu_ from creation on.
 #include <dirent.h>
 
+#include "collectives/transport/tcp/connection.h"
 #include "comm.h"
 #include "common/error.h"
 
@@ -30,8 +31,8 @@ Connection* Comm::connectOnFirstUse(int peer) {
   }
   auto& slot = peers_.connections[peer];
   if (!slot) {
-    slot =
-        xccl::connectOnFirstUse(peers_, rank_, peer, *device_, Deadline::after(timeoutMs_), abort_);
+    slot = xccl::connectOnFirstUse(peers_, rank_, peer, *device_, Deadline::after(timeoutMs_),
+                                   abort_, silenceLimitMs());
     heartbeat_->add(peer, slot.get());
   }
   return slot.get();
@@ -44,7 +45,7 @@ xcclCommStats_t Comm::stats() {
     std::lock_guard<std::mutex> g(connMu_);
     for (int p = 0; p < nranks_; ++p) {
       const auto& c = peers_.connections[p];
-      if (!c) {
+      if (!c || !c->connected()) {  // a TCP pair made on first use waits for its handshake
         if (p != rank_ && peers_.onFirstUse[p]) ++st.onFirstUse;
         continue;
       }
@@ -79,6 +80,7 @@ void Comm::revoke() {
 void Comm::closeConnections() {
   std::lock_guard<std::mutex> g(connMu_);
   closed_ = true;
+  if (peers_.acceptor) peers_.acceptor->close();  // a peer connecting now is refused
   for (auto& c : peers_.connections) {
     if (c) c->close();
   }

@@ -104,6 +104,21 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
   }
 }
 
+// The bootstrap service of the parent's rank 0 (where a split's votes and a grow's id meet).
+std::unique_ptr<Store> connectParentRank0(const Comm& parent, const Deadline& deadline) {
+  const PeerInfo& root = parent.peers()[0];
+  try {
+    return connectService(root.service, deadline);
+  } catch (const Error& e) {
+    throw Error(e.kind(), strCat("rank ", parent.rank(), ": parent rank 0 (pid ", root.pid, " on ",
+                                 root.hostname, ") ",
+                                 e.kind() == ErrorKind::kRemote
+                                     ? "is gone (its bootstrap service refused or reset us)"
+                                     : "does not answer",
+                                 ": ", e.what()));
+  }
+}
+
 std::string listDigest(const std::vector<int>& ranks) {
   std::string text;
   for (int r : ranks) text += strCat(r, ",");
@@ -118,8 +133,8 @@ std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConf
   const std::string tag = strCat("split", n);
   const Deadline deadline = Deadline::after(parent.timeoutMs());
   // Every member's (colour, key) through the parent's rank 0: a split is collective over a
-  // parent that works, so its rank 0 is there.
-  auto service = connectService(parent.peers()[0].service, deadline);
+  // parent that works, so its rank 0 is there (if its process is gone, this fails at once).
+  auto service = connectParentRank0(parent, deadline);
   auto votes = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/vote/"));
   votes->set(std::to_string(parent.rank()), strCat(color, " ", key));
   if (color < 0) return nullptr;
@@ -185,7 +200,7 @@ std::unique_ptr<Comm> growComm(Comm* parent, int nranks, const xcclUniqueId* id,
                    parent->nranks(), " ranks of the communicator being grown");
     const uint64_t n = parent->nextDerivation();
     const Deadline deadline = Deadline::after(parent->timeoutMs());
-    auto service = connectService(parent->peers()[0].service, deadline);
+    auto service = connectParentRank0(*parent, deadline);
     auto scoped = makeScopedStore(*service, strCat("derive/", parent->scope(), "grow", n, "/"));
     if (id != nullptr) {
       scoped->set("id", std::string(id->internal, sizeof(id->internal)));

@@ -14,9 +14,12 @@ XCCL_PARAM(HeartbeatMs, "HEARTBEAT_MS", 1000, 0, kKnobMax)
 // on it fail (ms).
 XCCL_PARAM(HeartbeatTimeoutMs, "HEARTBEAT_TIMEOUT_MS", 5000, 1, kKnobMax)
 
+int64_t heartbeatIntervalMs() { return xcclParamHeartbeatMs(); }
+
 int64_t silenceLimitMs() { return xcclParamHeartbeatMs() == 0 ? 0 : xcclParamHeartbeatTimeoutMs(); }
 
-Heartbeat::Heartbeat(int rank, const std::vector<Connection*>& conns, std::function<void()> beatAll)
+Heartbeat::Heartbeat(int rank, const std::vector<Connection*>& conns, std::function<void()> beatAll,
+                     bool laterPeers)
     : rank_(rank),
       n_(conns.size()),
       conns_(new std::atomic<Connection*>[conns.size()]),
@@ -28,7 +31,7 @@ Heartbeat::Heartbeat(int rank, const std::vector<Connection*>& conns, std::funct
       timeoutMs_(xcclParamHeartbeatTimeoutMs()) {
   XCCL_CHECK(intervalMs_ >= 0, "XCCL_HEARTBEAT_MS=", intervalMs_, " must be >= 0 (0: off)");
   XCCL_CHECK(timeoutMs_ > 0, "XCCL_HEARTBEAT_TIMEOUT_MS=", timeoutMs_, " must be positive");
-  bool anyPeer = beatAll_ != nullptr;
+  bool anyPeer = beatAll_ != nullptr || laterPeers;
   for (size_t p = 0; p < n_; ++p) {
     conns_[p].store(conns[p], std::memory_order_relaxed);
     anyPeer |= conns[p] != nullptr;

@@ -36,15 +36,18 @@ namespace xccl {
 // when heartbeats are off (XCCL_HEARTBEAT_MS=0). Communicator creation from a parent uses it
 // for members that stop answering their bootstrap service (MemberWatch).
 int64_t silenceLimitMs();
+// XCCL_HEARTBEAT_MS (0: off).
+int64_t heartbeatIntervalMs();
 
 class Heartbeat {
  public:
   // conns: indexed by rank, null for self and for peers connected later (add()); they must
   // outlive the Heartbeat. beatAll, when given, is called on every visit too (the arena's
-  // rings towards peers not connected yet: they hear us all the same). Starts no thread
-  // when XCCL_HEARTBEAT_MS is 0 or there is no peer.
+  // rings towards peers not connected yet: they hear us all the same). laterPeers: some
+  // peers will be add()ed (pairs connected on first use). Starts no thread when
+  // XCCL_HEARTBEAT_MS is 0 or there is no peer, now or later.
   Heartbeat(int rank, const std::vector<Connection*>& conns,
-            std::function<void()> beatAll = nullptr);
+            std::function<void()> beatAll = nullptr, bool laterPeers = false);
   ~Heartbeat();  // stops the thread
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;

@@ -5,10 +5,13 @@
 //      the list under "peers", which the others read: 3n store requests, not n^2)
 //   3. for each peer on the same host (equal hostId, SHM allowed on both ends): create
 //      our outgoing SHM ring, publish it under "shm/<rank>/<peer>"
-//   4. TCP for the rest: connect to every higher remote rank, then accept every lower one
-//      (the highest rank only accepts, so by induction every connect gets answered)
+//   4. TCP for the rest: by default nothing now, the pairs connect on first use (the lower
+//      rank connects, the higher rank's Acceptor thread answers: tcp/lazy.cc); eagerly
+//      (XCCL_RUNTIME_CONNECT=0), connect to every higher remote rank, then accept every
+//      lower one (the highest rank only accepts, so by induction every connect gets answered)
 //   5. open each local peer's ring ("shm/<peer>/<rank>") and pair it with ours
-//   6. close the listener; mark "peer/done/<rank>" (lets the unique-id server retire)
+//   6. close the listener (or leave it to the Acceptor); mark "peer/done/<rank>" (lets the
+//      unique-id server retire)
 // Every wait honours the deadline and the abort flag.
 #include <unistd.h>
 
@@ -85,8 +88,9 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 
   // 1. Publish ourselves (with our arena and doorbell when the pairs on this host connect
   // on first use; rings with payload lanes are made eagerly).
-  tcp::Listener listener(net::localAddress());
+  auto listener = std::make_unique<tcp::Listener>(net::localAddress());
   PeerSetup setup;
+  setup.secret = secret;
   setup.peers.resize(nranks);
   setup.connections.resize(nranks);
   setup.onFirstUse.assign(nranks, 0);
@@ -100,7 +104,7 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                 localHostId(),
                 hostName(),
                 device.busId(),
-                listener.address(),
+                listener->address(),
                 std::string(device.name()) == "host" ? -1 : device.ordinal(),
                 hostTopology,
                 processService(),
@@ -140,7 +144,7 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
     local[p] = !noShm && !(flags & kPeerFlagNoShm) && setup.peers[p].hostId == me.hostId;
     // Both ends decide alike: on first use when both published an arena.
     if (local[p] && setup.arena && !setup.peers[p].shm.empty()) {
-      setup.onFirstUse[p] = 1;
+      setup.onFirstUse[p] = kFirstUseShm;
       setup.arena->prepare(p);
     }
   }
@@ -157,10 +161,19 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
     store.set(strCat("bell/", rank), setup.bell->describe());
   }
 
-  // 4. TCP: connect upwards, then accept from below.
+  // 4. TCP: on first use (the lower rank connects then; our Acceptor thread answers the
+  // lower ones), or eagerly: connect upwards, then accept from below.
+  const bool tcpOnFirstUse = xcclParamRuntimeConnect() != 0;
   std::set<int> lower;
+  bool remote = false;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank || local[p]) continue;
+    remote = true;
+    if (tcpOnFirstUse) {
+      setup.onFirstUse[p] = kFirstUseTcp;
+      if (p < rank) lower.insert(p);
+      continue;
+    }
     if (p < rank) {
       lower.insert(p);
       continue;
@@ -170,13 +183,16 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                      strCat("rank ", rank, ": TCP connect to rank ", p, " (", addr, ")")};
     setup.connections[p] = tcp::connectPeer(rank, p, addr, secret, device, ctx);
   }
-  if (!lower.empty()) {
+  if (tcpOnFirstUse && remote) {  // it also answers probes: keep listening even for none
+    setup.acceptor =
+        std::make_shared<tcp::Acceptor>(std::move(listener), rank, lower, secret, device);
+  } else if (!lower.empty()) {
     net::WaitCtx ctx{deadline, &abortFlag,
-                     strCat("rank ", rank, ": accepting TCP connections on ", listener.address())};
-    auto accepted = listener.acceptPeers(rank, lower, secret, device, ctx);
+                     strCat("rank ", rank, ": accepting TCP connections on ", listener->address())};
+    auto accepted = listener->acceptPeers(rank, lower, secret, device, ctx);
     for (auto& [p, conn] : accepted) setup.connections[p] = std::move(conn);
   }
-  listener.close();
+  if (listener) listener->close();
 
   // 5. Map the local peers' rings.
   for (auto& [p, ring] : rings) {
@@ -190,7 +206,10 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;
-    if (setup.onFirstUse[p]) {
+    if (setup.onFirstUse[p] == kFirstUseTcp) {
+      XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via TCP ", setup.peers[p].tcpAddr,
+                " on first use");
+    } else if (setup.onFirstUse[p]) {
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via SHM, connected on first use");
     } else if (local[p]) {
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via SHM");
@@ -209,11 +228,35 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 
 std::unique_ptr<Connection> connectOnFirstUse(PeerSetup& setup, int rank, int peer, Device& device,
                                               const Deadline& deadline,
-                                              const std::atomic<bool>& abortFlag) {
-  XCCL_CHECK(peer >= 0 && peer < static_cast<int>(setup.onFirstUse.size()) &&
-                 setup.onFirstUse[peer] && setup.arena,
-             "rank ", rank, ": rank ", peer, " is not connected on first use");
+                                              const std::atomic<bool>& abortFlag,
+                                              int64_t silentLimitMs) {
+  XCCL_CHECK(
+      peer >= 0 && peer < static_cast<int>(setup.onFirstUse.size()) && setup.onFirstUse[peer],
+      "rank ", rank, ": rank ", peer, " is not connected on first use");
   const PeerInfo& info = setup.peers[peer];
+  if (setup.onFirstUse[peer] == kFirstUseTcp) {
+    // While waiting for the pair, the peer's process is watched as a derivation watches its
+    // members (a probe of its bootstrap service).
+    auto watch = std::make_shared<MemberWatch>();
+    watch->services = {info.service};
+    watch->who = {strCat("rank ", peer, " (pid ", info.pid, " on ", info.hostname, ")")};
+    watch->silentLimitMs = silentLimitMs;
+    watch->consequence = "";
+    auto lost = [watch, rank]() -> std::string {
+      try {
+        watch->check(rank, 0, "its TCP connection (made on first use)");
+        return "";
+      } catch (const RemoteError& e) {
+        return e.what();
+      }
+    };
+    const int64_t left = deadline.remainingMs();
+    const int64_t connectMs =
+        silentLimitMs > 0 && (left < 0 || silentLimitMs < left) ? silentLimitMs : left;
+    return tcp::makeLazyConnection(rank, peer, info.tcpAddr, setup.secret, device,
+                                   setup.acceptor.get(), connectMs, lost);
+  }
+  XCCL_CHECK(setup.arena, "rank ", rank, ": rank ", peer, " has no arena to connect through");
   const size_t semi = info.shm.find(';');
   if (semi == std::string::npos) {
     throw RemoteError(strCat("rank ", rank, ": rank ", peer, "'s shared-memory record '",

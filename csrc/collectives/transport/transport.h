@@ -70,6 +70,8 @@ class Connection {
   virtual bool ringsDoorbell() const { return false; }
   // "SHM" or "TCP"
   virtual const char* kind() const = 0;
+  // False while a pair connected on first use waits for its handshake (tcp/lazy.cc).
+  virtual bool connected() const { return true; }
   // Bytes of shared memory this side's outgoing ring occupies and owns (0 for TCP, and for
   // a ring that lives in the rank's arena, which counts it).
   virtual size_t ownedSharedBytes() const { return 0; }

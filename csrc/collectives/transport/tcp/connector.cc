@@ -25,7 +25,7 @@ XCCL_PARAM(SocketChunk, "SOCKET_CHUNK", 128 << 10, 4096, 64 << 20)
 
 std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& peerAddr,
                                         const std::string& secret, Device& device,
-                                        const net::WaitCtx& ctx) {
+                                        const net::WaitCtx& ctx, bool peerListening) {
   const int64_t nsocks = xcclParamNsocks(), chunk = xcclParamSocketChunk();
   XCCL_CHECK(nsocks >= 1 && nsocks <= kMaxSocks, "XCCL_NSOCKS=", nsocks, " must be 1..", kMaxSocks);
   XCCL_CHECK(chunk >= kMinChunk && chunk <= kMaxChunk && chunk % 64 == 0,
@@ -39,7 +39,8 @@ std::unique_ptr<Connection> connectPeer(int rank, int peer, const std::string& p
   };
   // Sockets 0..nsocks-1 carry the byte stream, socket nsocks the heartbeats.
   for (uint32_t j = 0; j <= static_cast<uint32_t>(nsocks); ++j) {
-    net::Fd fd = net::connectTo(net::parseAddr(peerAddr), ctx);
+    net::Fd fd = peerListening ? net::connectOnce(net::parseAddr(peerAddr), ctx)
+                               : net::connectTo(net::parseAddr(peerAddr), ctx);
     const std::string mine = auth::nonce();
     std::string hello = makeHello(
         Hello{rank, peer, j, static_cast<uint32_t>(nsocks), static_cast<uint32_t>(chunk), mine});

@@ -182,6 +182,25 @@ Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx) {
   }
 }
 
+Fd connectOnce(const sockaddr_in& addr, const WaitCtx& ctx) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  XCCL_SYSCHECK(fd.get(), "socket");
+  int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  int err = rc == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    waitFd(fd.get(), POLLOUT, ctx);
+    socklen_t len = sizeof(err);
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  }
+  if (err == ECONNREFUSED || err == ECONNRESET) {
+    throw RemoteError(
+        strCat(ctx.what, ": connection refused: its communicator is closed or its process gone"));
+  }
+  if (err != 0) throw IoError(strCat(ctx.what, ": connect failed: ", errnoString(err)));
+  setNonblockingNoDelay(fd.get());
+  return fd;
+}
+
 void sendAll(int fd, const void* buf, size_t len, const WaitCtx& ctx) {
   const char* p = static_cast<const char*>(buf);
   while (len > 0) {

@@ -79,6 +79,9 @@ struct WaitCtx {
 short waitFd(int fd, short events, const WaitCtx& ctx);
 // Nonblocking connect with retries on ECONNREFUSED until the deadline.
 Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx);
+// One attempt, to a listener known to be up: refused or reset is RemoteError (its
+// communicator closed it, or its process is gone), no answer by the deadline Timeout.
+Fd connectOnce(const sockaddr_in& addr, const WaitCtx& ctx);
 // Writes / reads exactly `len` bytes on a nonblocking socket.
 void sendAll(int fd, const void* buf, size_t len, const WaitCtx& ctx);
 void recvAll(int fd, void* buf, size_t len, const WaitCtx& ctx);
