@@ -48,12 +48,14 @@ class Listener {
   std::map<int, std::unique_ptr<Connection>> acceptPeers(int rank, std::set<int> from,
                                                          const std::string& secret, Device& device,
                                                          const net::WaitCtx& ctx);
-  // One round of that loop: waits up to pollMs for the listening socket or a handshake
-  // under way, advances every handshake, adds each peer whose sockets have all arrived to
-  // *out and removes it from *from. ctx bounds the handshake's own sends.
+  // One round of that loop: waits up to pollMs (-1: no limit) for the listening socket, a
+  // handshake under way or wakeFd (when >= 0) to be readable, advances every handshake,
+  // adds each peer whose sockets have all arrived to *out and removes it from *from. ctx
+  // bounds the handshake's own sends.
   void acceptStep(int rank, std::set<int>* from, const std::string& secret, Device& device,
                   const net::WaitCtx& ctx, int pollMs,
-                  std::map<int, std::unique_ptr<Connection>>* out);
+                  std::map<int, std::unique_ptr<Connection>>* out, int wakeFd = -1);
+  bool handshaking() const { return !pending_.empty(); }
   void close() { fd_.reset(); }
 
  private:
@@ -107,6 +109,7 @@ class Acceptor {
   std::map<int, std::unique_ptr<Connection>> ready_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> beatMs_{0};
+  net::Fd wake_;  // an eventfd: close() wakes the thread out of its wait
   std::thread thread_;
 };
 

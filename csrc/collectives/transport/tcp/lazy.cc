@@ -7,6 +7,10 @@
 // operations do; the higher rank never blocks for the pair at all (its side moves no bytes
 // until the connection arrives). Every pair an operation uses is used by both of its ranks
 // in that operation, so the lower rank gets there.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -23,7 +27,9 @@ Acceptor::Acceptor(std::unique_ptr<Listener> listener, int rank, std::set<int> f
       rank_(rank),
       from_(std::move(from)),
       secret_(std::move(secret)),
-      device_(device) {
+      device_(device),
+      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  XCCL_SYSCHECK(wake_.get(), "eventfd");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -31,6 +37,10 @@ Acceptor::~Acceptor() { close(); }
 
 void Acceptor::close() {
   stop_.store(true);
+  const uint64_t one = 1;
+  if (wake_.valid() && ::write(wake_.get(), &one, sizeof(one)) < 0) {
+    // the counter is full: the thread is being woken anyway
+  }
   if (thread_.joinable()) thread_.join();
   if (listener_) listener_->close();
 }
@@ -63,10 +73,20 @@ void Acceptor::loop() {
       }
     }
     std::map<int, std::unique_ptr<Connection>> got;
+    // Asleep until a connection or close(): one wake-up per handshake step while one is
+    // under way (to time it out), per beat while it holds connections, none otherwise (many
+    // ranks on few cores must not pay for idle acceptors).
+    int waitMs = -1;
+    if (listener_->handshaking()) {
+      waitMs = 50;
+    } else if (beatMs > 0) {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!ready_.empty()) waitMs = static_cast<int>(std::min<int64_t>(beatMs, 60000));
+    }
     try {
       const Deadline handshake = Deadline::after(5000);
       net::WaitCtx ctx{handshake, &stop_, what};
-      listener_->acceptStep(rank_, &from_, secret_, device_, ctx, 50, &got);
+      listener_->acceptStep(rank_, &from_, secret_, device_, ctx, waitMs, &got, wake_.get());
     } catch (const std::exception& e) {  // one socket's trouble; the listener goes on
       if (stop_.load()) break;
       XCCL_WARN(NET, what, ": ", e.what());

@@ -79,9 +79,10 @@ std::map<int, std::unique_ptr<Connection>> Listener::acceptPeers(int rank, std::
 
 void Listener::acceptStep(int rank, std::set<int>* from, const std::string& secret, Device& device,
                           const net::WaitCtx& ctx, int pollMs,
-                          std::map<int, std::unique_ptr<Connection>>* out) {
+                          std::map<int, std::unique_ptr<Connection>>* out, int wakeFd) {
   std::vector<pollfd> fds(1, pollfd{fd_.get(), POLLIN, 0});
   for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
+  if (wakeFd >= 0) fds.push_back({wakeFd, POLLIN, 0});  // last: the indices above stay
   int n = ::poll(fds.data(), fds.size(), pollMs);
   if (n < 0 && errno != EINTR) XCCL_SYSCHECK(n, strCat(ctx.what, ": poll"));
   for (size_t i = pending_.size(); i-- > 0;) {
