@@ -28,6 +28,6 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 FORKS="Processes|ProcessesShareKeys|LeavesNothingInDevShm|KilledProcess|KilledPeer|CollProcesses"
 FORKS="$FORKS|ShmLane.CollectivesBetweenProcesses|HostId|TcpStripedOver3Sockets|ExitChild"
 FORKS="$FORKS|StoppedPeer|Heartbeat\\.|PeerRead\\.|RuntimeConnect\\.APeer|ReplacementProcess"
-FORKS="$FORKS|AMemberKilledBefore|AMemberStoppedBefore|Rank0KilledBefore"
+FORKS="$FORKS|AMemberKilledBefore|AMemberStoppedBefore|Rank0KilledBefore|Rank0StoppedBefore"
 ctest --test-dir "$DIR" --output-on-failure --timeout 600 -j"$(nproc)" \
   -E "^(xdev\\.|CudaDevice|CudaColl)|$FORKS"

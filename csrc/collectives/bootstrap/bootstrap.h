@@ -55,7 +55,10 @@ std::string uniqueIdSecret(const xcclUniqueId& id);
 // child starts its own.
 std::string processService();
 // A Store client of the service `service` describes.
-std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline);
+// roundTripMs (0: 60 s): how long one request may wait for the service's answer: a process
+// stopped (or cut off) while serving would otherwise hold its clients for that long.
+std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline,
+                                      int64_t roundTripMs = 0);
 
 // A grow id (xcclCommGetUniqueId, for xcclCommGrow): where the members of the grown
 // communicator meet (the bootstrap service of the process that made the id), the grown

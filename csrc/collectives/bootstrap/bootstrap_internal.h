@@ -87,9 +87,11 @@ void startStoreServer(net::Fd listener, const std::string& secret, bool forever)
 // A client of the store server at `addr` (connect, then the mutual challenge-response).
 // knownUp: the server listened before its address was given out, so a refusal is a
 // RemoteError at once (its process is gone) instead of a retry until the deadline.
+// roundTripMs: how long one request may wait for its answer (0: 60 s), whatever the
+// deadline of the wait it serves (a request cut short would leave the stream out of step).
 std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
                                       const std::string& what, const Deadline& deadline,
-                                      bool knownUp = false);
+                                      bool knownUp = false, int64_t roundTripMs = 0);
 // The client's half of the challenge-response on a connected socket; throws RemoteError
 // when the server does not know the secret or refuses our proof.
 void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& ctx);

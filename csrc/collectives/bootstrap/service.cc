@@ -92,13 +92,14 @@ bool parseGrowId(const xcclUniqueId& id, GrowId* out) {
   return true;
 }
 
-std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline) {
+std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline,
+                                      int64_t roundTripMs) {
   sockaddr_in addr{};
   std::string secret;
   parseService(service, &addr, &secret);
   // A service is published only once it listens, and lives as long as its process: a
   // refusal means the process is gone, not that it is still starting (no retries).
-  return connectStoreAt(addr, secret, "bootstrap service", deadline, /*knownUp=*/true);
+  return connectStoreAt(addr, secret, "bootstrap service", deadline, /*knownUp=*/true, roundTripMs);
 }
 
 ServiceState probeServiceState(const std::string& service, const Deadline& deadline) {

@@ -244,7 +244,8 @@ Parse StoreServer::handleOne(Client& c, std::string* why) {
 // The client side: one authenticated connection, one request at a time.
 class UniqueIdStore : public Store {
  public:
-  UniqueIdStore(net::Fd fd, std::string addr) : fd_(std::move(fd)), addr_(std::move(addr)) {}
+  UniqueIdStore(net::Fd fd, std::string addr, int64_t roundTripMs)
+      : fd_(std::move(fd)), addr_(std::move(addr)), roundTripMs_(roundTripMs) {}
 
   void set(const std::string& key, const std::string& value) override {
     XCCL_CHECK_ARG(!key.empty() && key.size() <= kMaxKey, "store key length ", key.size());
@@ -255,7 +256,7 @@ class UniqueIdStore : public Store {
     net::putU32(req, static_cast<uint32_t>(value.size()));
     req += value;
     std::lock_guard<std::mutex> lock(mu_);
-    Deadline io = Deadline::after(kRoundTripMs);
+    Deadline io = Deadline::after(roundTripMs_);
     net::WaitCtx ctx{io, nullptr, strCat("store ", addr_, ": set '", key, "'")};
     guarded([&] {
       net::sendAll(fd_.get(), req.data(), req.size(), ctx);
@@ -286,7 +287,7 @@ class UniqueIdStore : public Store {
  private:
   bool tryGet(const std::string& key, const std::string& req, std::string* value) {
     std::lock_guard<std::mutex> lock(mu_);
-    Deadline io = Deadline::after(kRoundTripMs);
+    Deadline io = Deadline::after(roundTripMs_);
     net::WaitCtx ctx{io, nullptr, strCat("store ", addr_, ": get '", key, "'")};
     bool found = false;
     guarded([&] {
@@ -306,11 +307,16 @@ class UniqueIdStore : public Store {
   }
 
   // A failed round trip leaves the stream out of sync: refuse further use.
+  // A request the server did not answer in roundTripMs_ is the server's failure (stopped or
+  // cut off), not a wait that ran out: RemoteError, so that no caller asks again.
   template <typename F>
   void guarded(F&& f) {
     if (broken_) throw RemoteError(strCat("store ", addr_, ": connection failed earlier"));
     try {
       f();
+    } catch (const Timeout& e) {
+      broken_ = true;
+      throw RemoteError(strCat(e.what(), " (the server's process stopped or cut off?)"));
     } catch (...) {
       broken_ = true;
       throw;
@@ -320,6 +326,7 @@ class UniqueIdStore : public Store {
   std::mutex mu_;
   net::Fd fd_;
   std::string addr_;
+  int64_t roundTripMs_;  // how long one request may wait for its answer
   bool broken_ = false;
 };
 
@@ -428,13 +435,19 @@ void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& c
 // One authenticated client connection to a store server at `addr` holding `secret` (raw).
 std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
                                       const std::string& what, const Deadline& deadline,
-                                      bool knownUp) {
+                                      bool knownUp, int64_t roundTripMs) {
   const std::string where = net::formatAddr(addr);
   net::WaitCtx ctx{deadline, nullptr, strCat(what, " ", where)};
   net::Fd fd = knownUp ? net::connectOnce(addr, ctx) : net::connectTo(addr, ctx);
-  authenticateClient(fd.get(), secret, ctx);
+  // Connected, the server answers the challenge at once unless its process is stopped or
+  // cut off (the kernel accepts for it meanwhile): a request's bound, not the whole wait's.
+  const int64_t trip = roundTripMs > 0 ? roundTripMs : kRoundTripMs;
+  const int64_t left = deadline.remainingMs();
+  const Deadline auth = Deadline::after(left >= 0 && left < trip ? left : trip);
+  net::WaitCtx authCtx{auth, nullptr, ctx.what};
+  authenticateClient(fd.get(), secret, authCtx);
   XCCL_TRACE(BOOT, "connected to ", what, " ", where);
-  return std::make_unique<UniqueIdStore>(std::move(fd), where);
+  return std::make_unique<UniqueIdStore>(std::move(fd), where, trip);
 }
 
 std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline) {

@@ -83,11 +83,11 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
   const PeerInfo& root = parent.peers()[members[0]];
   std::unique_ptr<Store> service;
   try {
-    service = connectService(root.service, deadline);
-  } catch (const Error& e) {
-    throw Error(e.kind(),
-                strCat("rank ", parent.rank(), ": the new communicator's rank 0 (rank ", members[0],
-                       ", pid ", root.pid, " on ", root.hostname, ") does not answer: ", e.what()));
+    service = connectService(root.service, deadline, silenceLimitMs());
+  } catch (const Error& e) {  // gone, or silent as long as a heartbeat allows: lost
+    throw RemoteError(strCat("rank ", parent.rank(), ": the new communicator's rank 0 (rank ",
+                             members[0], ", pid ", root.pid, " on ", root.hostname,
+                             ") does not answer: ", e.what()));
   }
   auto scoped = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/"));
   const std::string secret = me == 0 ? publishSecret(*scoped) : awaitSecret(*scoped, me, deadline);
@@ -108,14 +108,15 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
 std::unique_ptr<Store> connectParentRank0(const Comm& parent, const Deadline& deadline) {
   const PeerInfo& root = parent.peers()[0];
   try {
-    return connectService(root.service, deadline);
+    return connectService(root.service, deadline, silenceLimitMs());
   } catch (const Error& e) {
-    throw Error(e.kind(), strCat("rank ", parent.rank(), ": parent rank 0 (pid ", root.pid, " on ",
-                                 root.hostname, ") ",
-                                 e.kind() == ErrorKind::kRemote
-                                     ? "is gone (its bootstrap service refused or reset us)"
-                                     : "does not answer",
-                                 ": ", e.what()));
+    // Gone, or silent for as long as a heartbeat allows: lost either way (a peer's error,
+    // as the heartbeat reports a silent one), not a wait of ours that ran out.
+    throw RemoteError(strCat(
+        "rank ", parent.rank(), ": parent rank 0 (pid ", root.pid, " on ", root.hostname, ") ",
+        e.kind() == ErrorKind::kRemote ? "is gone (its bootstrap service refused or reset us)"
+                                       : "does not answer",
+        ": ", e.what()));
   }
 }
 
@@ -236,7 +237,7 @@ std::unique_ptr<Comm> growComm(Comm* parent, int nranks, const xcclUniqueId* id,
   const Deadline deadline = Deadline::after(timeoutMsOf(&cfg));
   std::unique_ptr<Store> service;
   try {
-    service = connectService(grow.service, deadline);
+    service = connectService(grow.service, deadline, silenceLimitMs());
   } catch (const Error& e) {
     throw Error(e.kind(), strCat("rank ", rank, ": the process that made the grow id does not ",
                                  "answer on its bootstrap service: ", e.what()));
