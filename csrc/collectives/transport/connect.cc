@@ -186,13 +186,16 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   if (tcpOnFirstUse && remote) {  // it also answers probes: keep listening even for none
     setup.acceptor =
         std::make_shared<tcp::Acceptor>(std::move(listener), rank, lower, secret, device);
-  } else if (!lower.empty()) {
-    net::WaitCtx ctx{deadline, &abortFlag,
-                     strCat("rank ", rank, ": accepting TCP connections on ", listener->address())};
-    auto accepted = listener->acceptPeers(rank, lower, secret, device, ctx);
-    for (auto& [p, conn] : accepted) setup.connections[p] = std::move(conn);
+  } else {
+    if (!lower.empty()) {
+      net::WaitCtx ctx{
+          deadline, &abortFlag,
+          strCat("rank ", rank, ": accepting TCP connections on ", listener->address())};
+      auto accepted = listener->acceptPeers(rank, lower, secret, device, ctx);
+      for (auto& [p, conn] : accepted) setup.connections[p] = std::move(conn);
+    }
+    listener->close();
   }
-  if (listener) listener->close();
 
   // 5. Map the local peers' rings.
   for (auto& [p, ring] : rings) {

@@ -113,7 +113,7 @@ class LazyConnection : public Connection {
         acceptor_(acceptor),
         connectMs_(connectMs),
         peerLost_(std::move(peerLost)) {}
-  ~LazyConnection() override { close(); }
+  ~LazyConnection() override { LazyConnection::close(); }  // no dispatch in a destructor
 
   size_t reserveSend(void** window, size_t want) override {
     return ready() ? inner_->reserveSend(window, want) : 0;
