@@ -284,7 +284,7 @@ static void expectCreationFailsNamingTheLost(int n, int lost, bool viaShrink,
         EXPECT_NE(why.find("parent rank " + std::to_string(lost)), std::string::npos) << why;
         // A stopped parent rank 0 hosts the votes: its service does not answer the request.
         const char* said = how == Loss::kKill        ? "gone"
-                           : lost == 0 && !viaShrink ? "does not answer"
+                           : lost == 0 && !viaShrink ? "not answer"
                                                      : "has not answered for";
         EXPECT_NE(why.find(said), std::string::npos) << why;
         // Survivors go on (to a shrink): their services outlive the others' reading.

@@ -37,25 +37,33 @@ void allreduceOnce(xcclComm_t comm, int n) {
   EXPECT_EQ(a[0], static_cast<float>(n));
 }
 
-TEST(RuntimeConnect, OnlyThePairsAnAlgorithmUsesAreConnected) {
+// 8 ranks, recursive doubling: each connects its partners at distance 1, 2 and 4 and its
+// ring neighbours (the desync check frame), nothing at creation; an alltoall then connects
+// every pair. Over SHM (the arena) or over TCP (the lower rank connects, the higher rank's
+// acceptor thread answers: tcp/lazy.cc).
+void expectOnlyUsedPairsConnected(bool tcp) {
+  ScopedEnv shmOff("XCCL_SHM_DISABLE", tcp ? "1" : nullptr);
   ScopedEnv algo("XCCL_ALGO", "allreduce=recdoubling");
   const int n = 8;
+  auto connected = [tcp](const xcclCommStats_t& st) {
+    return tcp ? st.tcpConnected : st.shmConnected;
+  };
   ThreadWorld world(n);
   world.run([&](int rank, xcclComm_t comm) {
     xcclCommStats_t st = statsOf(comm);
     EXPECT_EQ(st.peers, n - 1);
-    EXPECT_EQ(st.shmConnected, 0) << "rank " << rank << " connected before any operation";
+    EXPECT_EQ(connected(st), 0) << "rank " << rank << " connected before any operation";
     EXPECT_EQ(st.onFirstUse, n - 1);
     allreduceOnce(comm, n);
-    // Its partners at distance 1, 2 and 4, and its ring neighbours (the desync check frame).
     const std::set<int> used = {rank ^ 1, rank ^ 2, rank ^ 4, (rank + 1) % n, (rank + n - 1) % n};
     st = statsOf(comm);
-    EXPECT_EQ(st.shmConnected, static_cast<int>(used.size())) << "rank " << rank;
+    EXPECT_EQ(connected(st), static_cast<int>(used.size())) << "rank " << rank;
     EXPECT_EQ(st.onFirstUse, n - 1 - static_cast<int>(used.size())) << "rank " << rank;
-    EXPECT_EQ(st.tcpConnected, 0);
-    EXPECT_GT(st.shmBytes, 0);
+    EXPECT_EQ(tcp ? st.shmConnected : st.tcpConnected, 0);
+    if (!tcp) EXPECT_GT(st.shmBytes, 0);
     EXPECT_GT(st.processFds, 0);
     EXPECT_GT(st.processThreads, n);  // every rank has its progress and heartbeat threads
+    allreduceOnce(comm, n);           // again, on the connections made
   });
   world.run([&](int rank, xcclComm_t comm) {  // alltoall needs every pair
     std::vector<float> in(n, static_cast<float>(rank)), out(n, -1.0f);
@@ -63,39 +71,17 @@ TEST(RuntimeConnect, OnlyThePairsAnAlgorithmUsesAreConnected) {
     waitAll(comm);
     for (int p = 0; p < n; ++p) EXPECT_EQ(out[p], static_cast<float>(p));
     xcclCommStats_t st = statsOf(comm);
-    EXPECT_EQ(st.shmConnected, n - 1);
+    EXPECT_EQ(connected(st), n - 1);
     EXPECT_EQ(st.onFirstUse, 0);
   });
 }
 
-// The same over TCP (tcp/lazy.cc): the lower rank of a pair connects at its first use, the
-// higher rank's acceptor thread answers; nothing is connected at creation.
+TEST(RuntimeConnect, OnlyThePairsAnAlgorithmUsesAreConnected) {
+  expectOnlyUsedPairsConnected(/*tcp=*/false);
+}
+
 TEST(RuntimeConnect, TcpPairsConnectWhenAnOperationFirstUsesThem) {
-  ScopedEnv tcp("XCCL_SHM_DISABLE", "1");
-  ScopedEnv algo("XCCL_ALGO", "allreduce=recdoubling");
-  const int n = 8;
-  ThreadWorld world(n);
-  world.run([&](int rank, xcclComm_t comm) {
-    xcclCommStats_t st = statsOf(comm);
-    EXPECT_EQ(st.tcpConnected, 0) << "rank " << rank << " connected before any operation";
-    EXPECT_EQ(st.onFirstUse, n - 1);
-    allreduceOnce(comm, n);
-    const std::set<int> used = {rank ^ 1, rank ^ 2, rank ^ 4, (rank + 1) % n, (rank + n - 1) % n};
-    st = statsOf(comm);
-    EXPECT_EQ(st.tcpConnected, static_cast<int>(used.size())) << "rank " << rank;
-    EXPECT_EQ(st.onFirstUse, n - 1 - static_cast<int>(used.size())) << "rank " << rank;
-    EXPECT_EQ(st.shmConnected, 0);
-    allreduceOnce(comm, n);  // again, on the connections made
-  });
-  world.run([&](int rank, xcclComm_t comm) {  // alltoall needs every pair
-    std::vector<float> in(n, static_cast<float>(rank)), out(n, -1.0f);
-    check(xcclAllToAll(in.data(), out.data(), 1, xcclFloat32, comm, nullptr), comm);
-    waitAll(comm);
-    for (int p = 0; p < n; ++p) EXPECT_EQ(out[p], static_cast<float>(p));
-    xcclCommStats_t st = statsOf(comm);
-    EXPECT_EQ(st.tcpConnected, n - 1);
-    EXPECT_EQ(st.onFirstUse, 0);
-  });
+  expectOnlyUsedPairsConnected(/*tcp=*/true);
 }
 
 TEST(RuntimeConnect, EagerTcpSetUpConnectsEveryPairAtCreation) {

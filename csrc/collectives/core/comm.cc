@@ -169,6 +169,7 @@ Comm::~Comm() {
   }
   heartbeat_.reset();
   closeConnections();
+  if (noteThread_.joinable()) noteThread_.join();
 }
 
 std::string Comm::describe() const {
@@ -246,6 +247,7 @@ void Comm::fail(xcclResult_t code, const std::string& msg) {
     doneCv_.notify_all();
   }
   XCCL_WARN(COLL, msg);
+  noteUnconnected(msg);
   // Peers blocked on us see the closure at once instead of waiting for their timeout.
   closeConnections();
 }

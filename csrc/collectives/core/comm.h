@@ -126,6 +126,8 @@ class Comm {
   void endTurnLocked();  // the same, mu_ held
   void fail(xcclResult_t code, const std::string& msg);
   void closeConnections();
+  // Leaves `why` where peers that never connected to this rank will read it (fail()).
+  void noteUnconnected(const std::string& why);
   // Exchange's connector: the connection with a peer reached on first use (PeerSetup).
   Connection* connectOnFirstUse(int peer);
 
@@ -162,6 +164,9 @@ class Comm {
   std::atomic<xcclResult_t> asyncError_{xcclSuccess};
   std::string errorMsg_;  // guarded by mu_
   std::thread worker_;
+  // A failure's note to the higher TCP peers never connected (they wait for us to connect:
+  // tcp/lazy.cc); joined by the destructor.
+  std::thread noteThread_;
 };
 
 }  // namespace xccl

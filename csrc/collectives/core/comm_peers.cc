@@ -3,6 +3,10 @@
 // (xcclCommGetStats). peers_.connections is guarded by connMu_ from creation on.
 #include <dirent.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "collectives/transport/tcp/connection.h"
 #include "comm.h"
 #include "common/error.h"
@@ -75,6 +79,33 @@ void Comm::revoke() {
   }
   fail(xcclInvalidUsage, why);
   abort();
+}
+
+void Comm::noteUnconnected(const std::string& why) {
+  struct Target {
+    int peer;
+    std::string addr;
+  };
+  std::vector<Target> up;
+  {
+    std::lock_guard<std::mutex> g(connMu_);
+    if (closed_ || !peers_.acceptor) return;  // no TCP pairs on first use
+    // Lower peers connecting later get it from our acceptor; higher ones wait for us.
+    peers_.acceptor->leaveNote(why);
+    for (int p = rank_ + 1; p < nranks_; ++p) {
+      const auto& c = peers_.connections[p];
+      if (peers_.onFirstUse[p] == kFirstUseTcp && (!c || !c->connected())) {
+        up.push_back({p, peers_.peers[p].tcpAddr});
+      }
+    }
+  }
+  if (up.empty() || noteThread_.joinable()) return;
+  // Off the failing thread: a connect to a stopped peer may take the heartbeat timeout.
+  const int64_t limit = silenceLimitMs();
+  const int64_t ms = limit > 0 ? std::min<int64_t>(limit, 2000) : 2000;
+  noteThread_ = std::thread([up, why, ms, rank = rank_, secret = peers_.secret, device = device_] {
+    for (const Target& t : up) tcp::deliverNote(rank, t.peer, t.addr, secret, *device, ms, why);
+  });
 }
 
 void Comm::closeConnections() {

@@ -137,19 +137,28 @@ std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConf
   // parent that works, so its rank 0 is there (if its process is gone, this fails at once).
   auto service = connectParentRank0(parent, deadline);
   auto votes = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/vote/"));
-  votes->set(std::to_string(parent.rank()), strCat(color, " ", key));
-  if (color < 0) return nullptr;
   std::vector<std::pair<int, int>> mine;  // (key, parent rank) of every member of my colour
-  for (int r = 0; r < parent.nranks(); ++r) {
-    int c = -1, k = 0;
-    const std::string v = r == parent.rank()
-                              ? strCat(color, " ", key)
-                              : getWatched(*votes, std::to_string(r), deadline, parent, r,
-                                           strCat("its split vote (split ", n, ")"));
-    if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) {
-      throw RemoteError(strCat("rank ", parent.rank(), ": malformed split vote of rank ", r));
+  try {
+    votes->set(std::to_string(parent.rank()), strCat(color, " ", key));
+    if (color < 0) return nullptr;
+    for (int r = 0; r < parent.nranks(); ++r) {
+      int c = -1, k = 0;
+      const std::string v = r == parent.rank()
+                                ? strCat(color, " ", key)
+                                : getWatched(*votes, std::to_string(r), deadline, parent, r,
+                                             strCat("its split vote (split ", n, ")"));
+      if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) {
+        throw RemoteError(strCat("rank ", parent.rank(), ": malformed split vote of rank ", r));
+      }
+      if (c == color) mine.emplace_back(k, r);
     }
-    if (c == color) mine.emplace_back(k, r);
+  } catch (const RemoteError& e) {
+    // The connection to the votes' host broke (reset, or a request left unanswered): name it.
+    if (std::string(e.what()).find("parent rank ") != std::string::npos) throw;
+    const PeerInfo& root = parent.peers()[0];
+    throw RemoteError(strCat("rank ", parent.rank(), ": parent rank 0 (pid ", root.pid, " on ",
+                             root.hostname, "), which holds the split's votes, is gone or does ",
+                             "not answer: ", e.what()));
   }
   std::sort(mine.begin(), mine.end());
   std::vector<int> members;

@@ -91,8 +91,14 @@ class Acceptor {
   Acceptor& operator=(const Acceptor&) = delete;
   // The connection `peer` made, once it has; null before (never blocks).
   std::unique_ptr<Connection> take(int peer);
-  // Stops accepting (a closed communicator): later connects are refused.
+  // Stops accepting (a closed communicator): later connects are refused. After leaveNote(),
+  // it keeps accepting instead, to hand each late connector the note and close (until the
+  // Acceptor is destroyed), so that a peer first needing the pair after this rank failed
+  // learns why, as it would from a connection made earlier.
   void close();
+  // The reason this rank's communicator failed: left on the connections it holds now, and
+  // on those it accepts after close().
+  void leaveNote(const std::string& why);
   // Beats every `ms` on the connections it holds (0: not), so that a lower rank that
   // connected while this rank's engine has not reached the pair yet (a late first
   // operation) still hears it (core/heartbeat.h); its engine's heartbeat takes over at take().
@@ -108,6 +114,8 @@ class Acceptor {
   std::mutex mu_;
   std::map<int, std::unique_ptr<Connection>> ready_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> closed_{false};  // close() with a note: accept, leave it, close
+  std::string note_;                 // guarded by mu_
   std::atomic<int64_t> beatMs_{0};
   net::Fd wake_;  // an eventfd: close() wakes the thread out of its wait
   std::thread thread_;
@@ -120,6 +128,12 @@ class Acceptor {
 // (reserveSend and peekRecv find nothing), and peerGone() reports a connect that failed, or
 // what `peerLost` says (asked every 250 ms while waiting: "" = no verdict; a probe of the
 // peer's process).
+// A failing rank's note for a higher peer it never connected to (it would wait for us to
+// connect): connects (as the lower rank does), leaves `why`, closes. Best effort, bounded
+// by connectMs; never throws.
+void deliverNote(int rank, int peer, const std::string& peerAddr, const std::string& secret,
+                 Device& device, int64_t connectMs, const std::string& why);
+
 std::unique_ptr<Connection> makeLazyConnection(int rank, int peer, const std::string& peerAddr,
                                                const std::string& secret, Device& device,
                                                Acceptor* acceptor, int64_t connectMs,

@@ -33,9 +33,7 @@ Acceptor::Acceptor(std::unique_ptr<Listener> listener, int rank, std::set<int> f
   thread_ = std::thread([this] { loop(); });
 }
 
-Acceptor::~Acceptor() { close(); }
-
-void Acceptor::close() {
+Acceptor::~Acceptor() {
   stop_.store(true);
   const uint64_t one = 1;
   if (wake_.valid() && ::write(wake_.get(), &one, sizeof(one)) < 0) {
@@ -43,6 +41,35 @@ void Acceptor::close() {
   }
   if (thread_.joinable()) thread_.join();
   if (listener_) listener_->close();
+}
+
+void Acceptor::close() {
+  std::map<int, std::unique_ptr<Connection>> held;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    closed_.store(true);
+    held.swap(ready_);                     // nobody takes them any more
+    if (note_.empty()) stop_.store(true);  // no reason to hand out: refuse from now on
+  }
+  for (auto& h : held) h.second->close();
+  if (!stop_.load()) return;  // keeps accepting, to hand out the note
+  const uint64_t one = 1;
+  if (wake_.valid() && ::write(wake_.get(), &one, sizeof(one)) < 0) {
+    // the counter is full: the thread is being woken anyway
+  }
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  if (listener_) listener_->close();
+}
+
+void Acceptor::leaveNote(const std::string& why) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (note_.empty()) note_ = why;
+  for (auto& h : ready_) {
+    try {
+      h.second->leaveNote(note_);
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 std::unique_ptr<Connection> Acceptor::take(int peer) {
@@ -93,7 +120,17 @@ void Acceptor::loop() {
     }
     if (got.empty()) continue;
     std::lock_guard<std::mutex> g(mu_);
-    for (auto& [p, c] : got) ready_[p] = std::move(c);
+    for (auto& [p, c] : got) {
+      if (!closed_.load()) {
+        ready_[p] = std::move(c);
+        continue;
+      }
+      try {  // the communicator failed: the late connector learns why, then sees us leave
+        c->leaveNote(note_);
+        c->close();
+      } catch (const std::exception&) {
+      }
+    }
   }
 }
 
@@ -230,6 +267,19 @@ class LazyConnection : public Connection {
 };
 
 }  // namespace
+
+void deliverNote(int rank, int peer, const std::string& peerAddr, const std::string& secret,
+                 Device& device, int64_t connectMs, const std::string& why) {
+  try {
+    const Deadline deadline = Deadline::after(connectMs);
+    net::WaitCtx ctx{deadline, nullptr,
+                     strCat("rank ", rank, ": leaving rank ", peer, " the reason of a failure")};
+    auto c = connectPeer(rank, peer, peerAddr, secret, device, ctx, /*peerListening=*/true);
+    c->leaveNote(why);
+    c->close();
+  } catch (const std::exception&) {  // it is gone too, or its communicator is: nothing to tell
+  }
+}
 
 std::unique_ptr<Connection> makeLazyConnection(int rank, int peer, const std::string& peerAddr,
                                                const std::string& secret, Device& device,

@@ -150,19 +150,30 @@ short waitFd(int fd, short events, const WaitCtx& ctx) {
   }
 }
 
+namespace {
+
+// One nonblocking connect, waited for within ctx: 0 or the errno it ended with.
+int connectAttempt(Fd& fd, const sockaddr_in& addr, const WaitCtx& ctx) {
+  fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  XCCL_SYSCHECK(fd.get(), "socket");
+  int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  int err = rc == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    waitFd(fd.get(), POLLOUT, ctx);
+    socklen_t len = sizeof(err);
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  }
+  return err;
+}
+
+}  // namespace
+
 Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx) {
   WaitNotice notice(strCat(ctx.what, " (connection refused: is the peer up?)"), NET);
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) notice.tick();
-    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    XCCL_SYSCHECK(fd.get(), "socket");
-    int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      waitFd(fd.get(), POLLOUT, ctx);
-      socklen_t len = sizeof(err);
-      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    }
+    Fd fd;
+    const int err = connectAttempt(fd, addr, ctx);
     if (err == 0) {
       setNonblockingNoDelay(fd.get());
       return fd;
@@ -183,15 +194,8 @@ Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx) {
 }
 
 Fd connectOnce(const sockaddr_in& addr, const WaitCtx& ctx) {
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  XCCL_SYSCHECK(fd.get(), "socket");
-  int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-  int err = rc == 0 ? 0 : errno;
-  if (err == EINPROGRESS) {
-    waitFd(fd.get(), POLLOUT, ctx);
-    socklen_t len = sizeof(err);
-    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-  }
+  Fd fd;
+  const int err = connectAttempt(fd, addr, ctx);
   if (err == ECONNREFUSED || err == ECONNRESET) {
     throw RemoteError(
         strCat(ctx.what, ": connection refused: its communicator is closed or its process gone"));
