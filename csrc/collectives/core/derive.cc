@@ -46,11 +46,21 @@ MemberWatch watchOf(const Comm& parent, const std::vector<int>& members) {
   return w;
 }
 
+// A store request to a member's service that failed (reset, or left unanswered): the
+// member that hosts it is lost; say which.
+[[noreturn]] void hostLost(const Comm& parent, int host, const std::string& holds,
+                           const RemoteError& e) {
+  const PeerInfo& p = parent.peers()[host];
+  throw RemoteError(strCat("rank ", parent.rank(), ": parent rank ", host, " (pid ", p.pid, " on ",
+                           p.hostname, "), which holds ", holds,
+                           ", is gone or does not answer: ", e.what()));
+}
+
 // store.get(key) until the deadline, checking in slices that parent rank `awaited` (who
 // writes the key) is not gone (a probe every 100 ms: a local connect, answered by the
-// peer's service thread).
+// peer's service thread). `host`: the parent rank whose service `store` is.
 std::string getWatched(Store& store, const std::string& key, const Deadline& deadline,
-                       const Comm& parent, int awaited, const std::string& what) {
+                       const Comm& parent, int awaited, int host, const std::string& what) {
   constexpr int64_t kSliceMs = 100;
   const PeerInfo& p = parent.peers()[awaited];
   MemberWatch watch;
@@ -61,6 +71,8 @@ std::string getWatched(Store& store, const std::string& key, const Deadline& dea
     const int64_t left = deadline.remainingMs();
     try {
       return store.get(key, Deadline::after(left < 0 ? kSliceMs : std::min(left, kSliceMs)));
+    } catch (const RemoteError& e) {
+      hostLost(parent, host, what, e);
     } catch (const Timeout&) {
       if (deadline.expired()) {
         throw Timeout(strCat("rank ", parent.rank(), ": ", what, " from parent rank ", awaited,
@@ -68,6 +80,22 @@ std::string getWatched(Store& store, const std::string& key, const Deadline& dea
       }
       watch.check(parent.rank(), 0, what);  // rank 0 of the one-member watch: `awaited`
     }
+  }
+}
+
+// The bootstrap service of parent rank `r` (where a split's votes, a grow's id or a child's
+// records meet). Gone, or silent for as long as a heartbeat allows: lost either way (a
+// peer's error, as the heartbeat reports a silent one), not a wait of ours that ran out.
+std::unique_ptr<Store> connectMemberService(const Comm& parent, int r, const Deadline& deadline) {
+  const PeerInfo& p = parent.peers()[r];
+  try {
+    return connectService(p.service, deadline, silenceLimitMs());
+  } catch (const Error& e) {
+    throw RemoteError(strCat(
+        "rank ", parent.rank(), ": parent rank ", r, " (pid ", p.pid, " on ", p.hostname, ") ",
+        e.kind() == ErrorKind::kRemote ? "is gone (its bootstrap service refused or reset us)"
+                                       : "does not answer",
+        ": ", e.what()));
   }
 }
 
@@ -80,15 +108,7 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
       static_cast<int>(std::find(members.begin(), members.end(), parent.rank()) - members.begin());
   XCCL_CHECK(me < static_cast<int>(members.size()), "rank ", parent.rank(), " is not a member");
   const Deadline deadline = Deadline::after(timeoutMsOf(&cfg));
-  const PeerInfo& root = parent.peers()[members[0]];
-  std::unique_ptr<Store> service;
-  try {
-    service = connectService(root.service, deadline, silenceLimitMs());
-  } catch (const Error& e) {  // gone, or silent as long as a heartbeat allows: lost
-    throw RemoteError(strCat("rank ", parent.rank(), ": the new communicator's rank 0 (rank ",
-                             members[0], ", pid ", root.pid, " on ", root.hostname,
-                             ") does not answer: ", e.what()));
-  }
+  auto service = connectMemberService(parent, members[0], deadline);
   auto scoped = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/"));
   const std::string secret = me == 0 ? publishSecret(*scoped) : awaitSecret(*scoped, me, deadline);
   auto records = makeScopedStore(*scoped, recordScope(secret));
@@ -101,22 +121,6 @@ std::unique_ptr<Comm> deriveComm(Comm& parent, const std::vector<int>& members,
   } catch (...) {
     retireSecret(secret);
     throw;
-  }
-}
-
-// The bootstrap service of the parent's rank 0 (where a split's votes and a grow's id meet).
-std::unique_ptr<Store> connectParentRank0(const Comm& parent, const Deadline& deadline) {
-  const PeerInfo& root = parent.peers()[0];
-  try {
-    return connectService(root.service, deadline, silenceLimitMs());
-  } catch (const Error& e) {
-    // Gone, or silent for as long as a heartbeat allows: lost either way (a peer's error,
-    // as the heartbeat reports a silent one), not a wait of ours that ran out.
-    throw RemoteError(strCat(
-        "rank ", parent.rank(), ": parent rank 0 (pid ", root.pid, " on ", root.hostname, ") ",
-        e.kind() == ErrorKind::kRemote ? "is gone (its bootstrap service refused or reset us)"
-                                       : "does not answer",
-        ": ", e.what()));
   }
 }
 
@@ -135,30 +139,25 @@ std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConf
   const Deadline deadline = Deadline::after(parent.timeoutMs());
   // Every member's (colour, key) through the parent's rank 0: a split is collective over a
   // parent that works, so its rank 0 is there (if its process is gone, this fails at once).
-  auto service = connectParentRank0(parent, deadline);
+  auto service = connectMemberService(parent, 0, deadline);
   auto votes = makeScopedStore(*service, strCat("derive/", parent.scope(), tag, "/vote/"));
-  std::vector<std::pair<int, int>> mine;  // (key, parent rank) of every member of my colour
+  const std::string what = strCat("the split's votes (split ", n, ")");
   try {
     votes->set(std::to_string(parent.rank()), strCat(color, " ", key));
-    if (color < 0) return nullptr;
-    for (int r = 0; r < parent.nranks(); ++r) {
-      int c = -1, k = 0;
-      const std::string v = r == parent.rank()
-                                ? strCat(color, " ", key)
-                                : getWatched(*votes, std::to_string(r), deadline, parent, r,
-                                             strCat("its split vote (split ", n, ")"));
-      if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) {
-        throw RemoteError(strCat("rank ", parent.rank(), ": malformed split vote of rank ", r));
-      }
-      if (c == color) mine.emplace_back(k, r);
-    }
   } catch (const RemoteError& e) {
-    // The connection to the votes' host broke (reset, or a request left unanswered): name it.
-    if (std::string(e.what()).find("parent rank ") != std::string::npos) throw;
-    const PeerInfo& root = parent.peers()[0];
-    throw RemoteError(strCat("rank ", parent.rank(), ": parent rank 0 (pid ", root.pid, " on ",
-                             root.hostname, "), which holds the split's votes, is gone or does ",
-                             "not answer: ", e.what()));
+    hostLost(parent, 0, what, e);
+  }
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int, int>> mine;  // (key, parent rank) of every member of my colour
+  for (int r = 0; r < parent.nranks(); ++r) {
+    int c = -1, k = 0;
+    const std::string v = r == parent.rank()
+                              ? strCat(color, " ", key)
+                              : getWatched(*votes, std::to_string(r), deadline, parent, r, 0, what);
+    if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) {
+      throw RemoteError(strCat("rank ", parent.rank(), ": malformed split vote of rank ", r));
+    }
+    if (c == color) mine.emplace_back(k, r);
   }
   std::sort(mine.begin(), mine.end());
   std::vector<int> members;
@@ -210,7 +209,7 @@ std::unique_ptr<Comm> growComm(Comm* parent, int nranks, const xcclUniqueId* id,
                    parent->nranks(), " ranks of the communicator being grown");
     const uint64_t n = parent->nextDerivation();
     const Deadline deadline = Deadline::after(parent->timeoutMs());
-    auto service = connectParentRank0(*parent, deadline);
+    auto service = connectMemberService(*parent, 0, deadline);
     auto scoped = makeScopedStore(*service, strCat("derive/", parent->scope(), "grow", n, "/"));
     if (id != nullptr) {
       scoped->set("id", std::string(id->internal, sizeof(id->internal)));

@@ -106,6 +106,7 @@ class Acceptor {
 
  private:
   void loop();
+  void stopThread();  // after stop_: wakes, joins the thread, closes the listener
   std::unique_ptr<Listener> listener_;
   int rank_;
   std::set<int> from_;

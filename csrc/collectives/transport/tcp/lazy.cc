@@ -35,11 +35,15 @@ Acceptor::Acceptor(std::unique_ptr<Listener> listener, int rank, std::set<int> f
 
 Acceptor::~Acceptor() {
   stop_.store(true);
+  stopThread();
+}
+
+void Acceptor::stopThread() {
   const uint64_t one = 1;
   if (wake_.valid() && ::write(wake_.get(), &one, sizeof(one)) < 0) {
     // the counter is full: the thread is being woken anyway
   }
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   if (listener_) listener_->close();
 }
 
@@ -52,13 +56,7 @@ void Acceptor::close() {
     if (note_.empty()) stop_.store(true);  // no reason to hand out: refuse from now on
   }
   for (auto& h : held) h.second->close();
-  if (!stop_.load()) return;  // keeps accepting, to hand out the note
-  const uint64_t one = 1;
-  if (wake_.valid() && ::write(wake_.get(), &one, sizeof(one)) < 0) {
-    // the counter is full: the thread is being woken anyway
-  }
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-  if (listener_) listener_->close();
+  if (stop_.load()) stopThread();  // else it keeps accepting, to hand out the note
 }
 
 void Acceptor::leaveNote(const std::string& why) {
