@@ -58,9 +58,11 @@ MemberWatch watchOf(const Comm& parent, const std::vector<int>& members) {
 
 // store.get(key) until the deadline, checking in slices that parent rank `awaited` (who
 // writes the key) is not gone (a probe every 100 ms: a local connect, answered by the
-// peer's service thread). `host`: the parent rank whose service `store` is.
+// peer's service thread). `host`: the parent rank whose service `store` is, which holds
+// `holds`; `what`: the awaited rank's key, for messages.
 std::string getWatched(Store& store, const std::string& key, const Deadline& deadline,
-                       const Comm& parent, int awaited, int host, const std::string& what) {
+                       const Comm& parent, int awaited, int host, const std::string& holds,
+                       const std::string& what) {
   constexpr int64_t kSliceMs = 100;
   const PeerInfo& p = parent.peers()[awaited];
   MemberWatch watch;
@@ -72,7 +74,7 @@ std::string getWatched(Store& store, const std::string& key, const Deadline& dea
     try {
       return store.get(key, Deadline::after(left < 0 ? kSliceMs : std::min(left, kSliceMs)));
     } catch (const RemoteError& e) {
-      hostLost(parent, host, what, e);
+      hostLost(parent, host, holds, e);
     } catch (const Timeout&) {
       if (deadline.expired()) {
         throw Timeout(strCat("rank ", parent.rank(), ": ", what, " from parent rank ", awaited,
@@ -153,7 +155,8 @@ std::unique_ptr<Comm> splitComm(Comm& parent, int color, int key, const xcclConf
     int c = -1, k = 0;
     const std::string v = r == parent.rank()
                               ? strCat(color, " ", key)
-                              : getWatched(*votes, std::to_string(r), deadline, parent, r, 0, what);
+                              : getWatched(*votes, std::to_string(r), deadline, parent, r, 0, what,
+                                           strCat("its vote in split ", n));
     if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) {
       throw RemoteError(strCat("rank ", parent.rank(), ": malformed split vote of rank ", r));
     }
