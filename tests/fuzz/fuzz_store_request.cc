@@ -32,5 +32,10 @@ std::vector<std::string> xcclFuzzSeeds() {
   std::string get = "G";
   xccl::net::putU32(get, 6);
   get += "peer/0";
-  return {set, get, set + get};
+  xccl::net::putU32(get, 250);
+  std::string take = "T";
+  xccl::net::putU32(take, 11);
+  take += "tree/down/3";
+  xccl::net::putU32(take, 0);
+  return {set, get, set + get, set + take};
 }

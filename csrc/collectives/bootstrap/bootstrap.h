@@ -33,6 +33,11 @@ class Store {
   virtual void set(const std::string& key, const std::string& value) = 0;
   // Blocks until key exists; throws Timeout at the deadline.
   virtual std::string get(const std::string& key, const Deadline& deadline) = 0;
+  // get() that also removes the key where the store can (the bootstrap services: a value
+  // meant for one reader does not stay in a process-long server); elsewhere get().
+  virtual std::string take(const std::string& key, const Deadline& deadline) {
+    return get(key, deadline);
+  }
 };
 
 // Wraps the C callback store; every key is prefixed with `prefix`.

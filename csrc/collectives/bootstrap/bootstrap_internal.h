@@ -1,8 +1,11 @@
 // Internals of the bootstrap shared with the transports' connect step and the tests.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bootstrap.h"
 #include "collectives/transport/tcp/socket.h"
@@ -70,11 +73,13 @@ std::string toHex(const std::string& raw);
 std::string fromHex(const std::string& hex);  // "" when hex is malformed
 
 // One request to the unique-id store server (after the handshake): 'S' | key length | key |
-// value length | value, or 'G' | key length | key. Key up to 1 KiB, value up to 64 MiB, both
-// checked before anything is buffered. kDone fills *req and *used (bytes consumed).
+// value length | value, or 'G' (get) / 'T' (take) | key length | key | wait ms. Key up to
+// 1 KiB, value up to 64 MiB, both checked before anything is buffered. kDone fills *req and
+// *used (bytes consumed).
 struct StoreRequest {
   char op = 0;
   std::string key, value;
+  uint32_t waitMs = 0;  // a get or take: how long the server may hold it for an absent key
 };
 enum class StoreParse { kNeedMore, kDone, kBad };
 StoreParse parseStoreRequest(const std::string& in, StoreRequest* req, size_t* used,

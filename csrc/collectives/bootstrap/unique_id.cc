@@ -11,10 +11,14 @@
 // (mutual challenge-response, common/auth.h: the id's secret never travels, and the client
 // checks the server's proof before giving its own)
 //   set          : 'S' | keylen | key | vallen | value    -> 1 byte 0
-//   get          : 'G' | keylen | key                     -> 0 | vallen | value, or 1 (absent)
-// The server never blocks on a client: a get of an absent key answers "absent" and the
-// client polls, so a slow or dead client cannot stall the others. Lengths are bounded
-// before anything is buffered; anything malformed closes that client (and is logged).
+//   get          : 'G' | keylen | key | waitms            -> 0 | vallen | value, or 1 (absent)
+//   take         : 'T' | keylen | key | waitms            -> as get, and the key is removed
+// A get or take of an absent key is parked for up to waitms (at most 60 s): the server
+// answers it when a set brings the key (one take per set; gets all see it), or "absent" when
+// the time is up, so a waiting rank costs nothing until then (no polling). The server never
+// blocks on a client: a parked request is a mark on that client, and a slow or dead client
+// cannot stall the others. Lengths are bounded before anything is buffered; anything
+// malformed closes that client (and is logged).
 //
 // Lifetime: the server thread is detached and owns its state. It exits once every rank
 // has written its "peer/done/<rank>" mark (value = nranks) and every client connection has
@@ -24,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -56,6 +61,7 @@ constexpr uint32_t kMaxKey = 1024;
 constexpr uint32_t kMaxValue = 64u << 20;
 constexpr int kHelloTimeoutMs = 10000;   // a client that never says hello is dropped
 constexpr int64_t kRoundTripMs = 60000;  // one request/response with a live server
+constexpr uint32_t kMaxWaitMs = 60000;    // the longest a get or take is parked
 
 struct Client {
   net::Fd fd;
@@ -65,6 +71,11 @@ struct Client {
   std::string theirNonce;
   Clock::time_point since = Clock::now();
   std::string in, out;
+  // A get or take waiting for its key (until `until`); nothing more is read meanwhile.
+  bool parked = false, parkedTake = false;
+  std::string parkedKey;
+  Clock::time_point until;
+  bool closing = false;  // found broken while serving another client: closed on the next pass
 };
 
 enum class Parse { kNeedMore, kDone, kBad };
@@ -81,8 +92,14 @@ class StoreServer {
  private:
   void acceptAll();
   bool readClient(Client& c);  // false: close it
+  bool drain(Client& c);       // handles the complete requests buffered; false: close it
   bool flushClient(Client& c);
   Parse handleOne(Client& c, std::string* why);
+  // Answers a get/take of `key` from the store (0 | len | value) or absent (1).
+  void answer(Client& c, const std::string& key, bool take);
+  void wake(const std::string& key);  // answers the requests parked on `key`
+  void expireParked();                // answers "absent" to those whose time is up
+  int pollTimeoutMs() const;
   Parse handleHello(Client& c, std::string* why);
   bool finished() const;
 
@@ -93,6 +110,7 @@ class StoreServer {
   std::map<std::string, std::string> kv_;
   std::set<std::string> doneKeys_;
   long nranks_ = 0;  // learned from the done marks
+  uint64_t requests_ = 0, misses_ = 0, bytesOut_ = 0;  // for the log at retirement
 };
 
 void StoreServer::run() {
@@ -103,7 +121,7 @@ void StoreServer::run() {
     for (auto& c : clients_) {
       fds.push_back({c->fd.get(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
     }
-    int n = ::poll(fds.data(), fds.size(), 200);
+    int n = ::poll(fds.data(), fds.size(), pollTimeoutMs());
     if (n < 0 && errno != EINTR) {
       XCCL_WARN(BOOT, "store server: poll failed: ", errnoString(errno), "; stopping");
       return;
@@ -121,12 +139,14 @@ void StoreServer::run() {
         keep[i] = false;
       }
     }
+    expireParked();
     for (size_t i = clients_.size(); i-- > 0;) {
-      if (!keep[i]) clients_.erase(clients_.begin() + static_cast<long>(i));
+      if (!keep[i] || clients_[i]->closing) clients_.erase(clients_.begin() + static_cast<long>(i));
     }
     if (fds[0].revents & POLLIN) acceptAll();
   }
-  XCCL_INFO(BOOT, "store server: all ", nranks_, " ranks done, stopping");
+  XCCL_INFO(BOOT, "store server: all ", nranks_, " ranks done, stopping; it answered ", requests_,
+            " requests (", misses_, " for keys not there yet) and sent ", bytesOut_, " bytes");
 }
 
 bool StoreServer::finished() const {
@@ -151,15 +171,7 @@ bool StoreServer::readClient(Client& c) {
     ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
-      std::string why;
-      Parse p;
-      while ((p = handleOne(c, &why)) == Parse::kDone) {
-      }
-      if (p == Parse::kBad) {
-        XCCL_WARN(BOOT, "refused store client ", c.addr, ": ", why);
-        if (!c.out.empty()) flushClient(c);  // best effort: tell it why
-        return false;
-      }
+      if (!drain(c)) return false;
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
@@ -170,6 +182,71 @@ bool StoreServer::readClient(Client& c) {
     }
     return false;  // EOF or error
   }
+}
+
+bool StoreServer::drain(Client& c) {
+  std::string why;
+  Parse p;
+  while ((p = handleOne(c, &why)) == Parse::kDone) {
+  }
+  if (c.parked && c.in.size() > kMaxValue + 2 * kMaxKey) {  // it does not wait its turn
+    p = Parse::kBad;
+    why = strCat(c.in.size(), " bytes sent behind a request still waiting for its answer");
+  }
+  if (p == Parse::kBad) {
+    XCCL_WARN(BOOT, "refused store client ", c.addr, ": ", why);
+    if (!c.out.empty()) flushClient(c);  // best effort: tell it why
+    return false;
+  }
+  return true;
+}
+
+void StoreServer::answer(Client& c, const std::string& key, bool take) {
+  auto it = kv_.find(key);
+  if (it == kv_.end()) {
+    c.out.push_back(1);
+    ++misses_;
+    return;
+  }
+  c.out.push_back(0);
+  net::putU32(c.out, static_cast<uint32_t>(it->second.size()));
+  c.out += it->second;
+  bytesOut_ += it->second.size();
+  if (take) kv_.erase(it);
+}
+
+void StoreServer::wake(const std::string& key) {
+  for (auto& cp : clients_) {
+    Client& c = *cp;
+    if (!c.parked || c.parkedKey != key || c.closing) continue;
+    c.parked = false;
+    answer(c, key, c.parkedTake);
+    if (!flushClient(c) || !drain(c)) c.closing = true;
+    if (kv_.count(key) == 0) return;  // taken
+  }
+}
+
+void StoreServer::expireParked() {
+  const auto now = Clock::now();
+  for (auto& cp : clients_) {
+    Client& c = *cp;
+    if (!c.parked || c.closing || now < c.until) continue;
+    c.parked = false;
+    answer(c, c.parkedKey, false);  // absent: a set would have woken it
+    if (!flushClient(c) || !drain(c)) c.closing = true;
+  }
+}
+
+int StoreServer::pollTimeoutMs() const {
+  int64_t ms = 200;  // the hello timeout and retirement are looked at this often
+  const auto now = Clock::now();
+  for (const auto& c : clients_) {
+    if (!c->parked) continue;
+    const int64_t left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(c->until - now).count() + 1;
+    ms = std::min<int64_t>(ms, std::max<int64_t>(left, 0));
+  }
+  return static_cast<int>(ms);
 }
 
 bool StoreServer::flushClient(Client& c) {
@@ -215,20 +292,22 @@ Parse StoreServer::handleHello(Client& c, std::string* why) {
 // Parses and answers one complete request at the front of c.in.
 Parse StoreServer::handleOne(Client& c, std::string* why) {
   if (!c.authed) return handleHello(c, why);
+  if (c.parked) return Parse::kNeedMore;  // one request at a time
   StoreRequest req;
   size_t used = 0;
   StoreParse r = parseStoreRequest(c.in, &req, &used, why);
   if (r != StoreParse::kDone) return r == StoreParse::kNeedMore ? Parse::kNeedMore : Parse::kBad;
   c.in.erase(0, used);
-  if (req.op == 'G') {
-    auto it = kv_.find(req.key);
-    if (it == kv_.end()) {
-      c.out.push_back(1);
-    } else {
-      c.out.push_back(0);
-      net::putU32(c.out, static_cast<uint32_t>(it->second.size()));
-      c.out += it->second;
+  ++requests_;
+  if (req.op == 'G' || req.op == 'T') {
+    if (kv_.count(req.key) == 0 && req.waitMs > 0) {
+      c.parked = true;
+      c.parkedTake = req.op == 'T';
+      c.parkedKey = req.key;
+      c.until = Clock::now() + std::chrono::milliseconds(std::min(req.waitMs, kMaxWaitMs));
+      return Parse::kDone;
     }
+    answer(c, req.key, req.op == 'T');
     return Parse::kDone;
   }
   if (req.key.compare(0, std::strlen(kDoneKeyPrefix), kDoneKeyPrefix) == 0) {
@@ -238,6 +317,7 @@ Parse StoreServer::handleOne(Client& c, std::string* why) {
   }
   kv_[req.key] = std::move(req.value);
   c.out.push_back(0);
+  wake(req.key);
   return Parse::kDone;
 }
 
@@ -267,27 +347,38 @@ class UniqueIdStore : public Store {
   }
 
   std::string get(const std::string& key, const Deadline& deadline) override {
+    return fetch('G', key, deadline);
+  }
+
+  std::string take(const std::string& key, const Deadline& deadline) override {
+    return fetch('T', key, deadline);
+  }
+
+ private:
+  // A get ('G') or take ('T'), parked at the server for up to a second at a time until the
+  // key exists or the deadline.
+  std::string fetch(char op, const std::string& key, const Deadline& deadline) {
     XCCL_CHECK_ARG(!key.empty() && key.size() <= kMaxKey, "store key length ", key.size());
-    std::string req = "G";
-    net::putU32(req, static_cast<uint32_t>(key.size()));
-    req += key;
-    for (int polls = 0;; ++polls) {
+    for (;;) {
+      const int64_t left = deadline.remainingMs();
+      const uint32_t waitMs = static_cast<uint32_t>(left < 0 ? 1000 : std::min<int64_t>(left, 1000));
+      std::string req(1, op);
+      net::putU32(req, static_cast<uint32_t>(key.size()));
+      req += key;
+      net::putU32(req, waitMs);
       std::string value;
-      if (tryGet(key, req, &value)) return value;
+      if (tryGet(key, req, waitMs, &value)) return value;
       if (deadline.expired()) {
         throw Timeout(strCat("store ", addr_, ": get '", key, "' timed out after ",
                              deadline.budgetMs(), " ms"));
       }
-      // Poll gently: the key usually appears within milliseconds, but a rank may be
-      // seconds late (another process still starting up).
-      std::this_thread::sleep_for(std::chrono::microseconds(polls < 20 ? 500 : 5000));
     }
   }
 
- private:
-  bool tryGet(const std::string& key, const std::string& req, std::string* value) {
+  bool tryGet(const std::string& key, const std::string& req, uint32_t waitMs,
+              std::string* value) {
     std::lock_guard<std::mutex> lock(mu_);
-    Deadline io = Deadline::after(roundTripMs_);
+    Deadline io = Deadline::after(roundTripMs_ + waitMs);
     net::WaitCtx ctx{io, nullptr, strCat("store ", addr_, ": get '", key, "'")};
     bool found = false;
     guarded([&] {
@@ -381,7 +472,7 @@ StoreParse parseStoreRequest(const std::string& in, StoreRequest* req, size_t* u
   const auto* p = reinterpret_cast<const unsigned char*>(in.data());
   const char op = static_cast<char>(p[0]);
   const uint32_t klen = net::getU32(p + 1);
-  if ((op != 'S' && op != 'G') || klen == 0 || klen > kMaxKey) {
+  if ((op != 'S' && op != 'G' && op != 'T') || klen == 0 || klen > kMaxKey) {
     *why = strCat("malformed request (op ", static_cast<int>(op), ", key length ", klen, ")");
     return StoreParse::kBad;
   }
@@ -389,8 +480,10 @@ StoreParse parseStoreRequest(const std::string& in, StoreRequest* req, size_t* u
   if (in.size() < need) return StoreParse::kNeedMore;
   req->op = op;
   req->key = in.substr(5, klen);
-  if (op == 'G') {
-    *used = need;
+  if (op != 'S') {
+    if (in.size() < need + 4) return StoreParse::kNeedMore;
+    req->waitMs = net::getU32(p + need);
+    *used = need + 4;
     return StoreParse::kDone;
   }
   if (in.size() < need + 4) return StoreParse::kNeedMore;
