@@ -243,8 +243,11 @@ TEST(CommShrink, ProbeFindsAKilledProcessAndSurvivorsShrink) {
 // naming it, at once for a dead member and after XCCL_HEARTBEAT_TIMEOUT_MS for a stopped
 // one, instead of at the 30 s timeout.
 enum class Loss { kKill, kStop };
+// `fanout`: XCCL_BOOTSTRAP_FANOUT in every rank (null: the default), which shapes the
+// bootstrap tree from 8 members on ("0": rank 0 gathers through the store instead).
 static void expectCreationFailsNamingTheLost(int n, int lost, bool viaShrink,
-                                             Loss how = Loss::kKill) {
+                                             Loss how = Loss::kKill,
+                                             const char* fanout = nullptr) {
   xcclUniqueId id;
   check(xcclGetUniqueId(&id));
   // The stopped member's pid, for the survivors to end it (a stopped child never exits).
@@ -257,6 +260,7 @@ static void expectCreationFailsNamingTheLost(int n, int lost, bool viaShrink,
       n,
       [&](int rank) {
         setenv("XCCL_HEARTBEAT_TIMEOUT_MS", "1500", 1);
+        if (fanout != nullptr) setenv("XCCL_BOOTSTRAP_FANOUT", fanout, 1);
         xcclConfig_t cfg{};
         cfg.device = -1;
         cfg.timeout_ms = 30000;
@@ -323,8 +327,21 @@ TEST(CommShrink, AMemberKilledBeforeItsRecordFailsTheOthersAtOnceNamingIt) {
   expectCreationFailsNamingTheLost(4, 3, /*viaShrink=*/true);
 }
 
+// 9 members: with XCCL_BOOTSTRAP_FANOUT=0 the child's rank 0 gathers the records and must
+// pass the failure on to the ranks waiting for its list.
 TEST(CommShrink, AMemberKilledBeforeTheGatherFailsTheOthersAtOnceNamingIt) {
-  expectCreationFailsNamingTheLost(10, 9, /*viaShrink=*/true);  // 9 survivors: gathered
+  expectCreationFailsNamingTheLost(10, 9, /*viaShrink=*/true, Loss::kKill, "0");
+}
+
+// 9 members through a bootstrap tree of fanout 2: parent rank 4 is the child's rank 3, which
+// heads ranks 3-4; its parent (rank 1) sees it gone and passes that on up and down, and its
+// child (rank 4) finds it gone.
+TEST(CommShrink, AnInnerRankOfTheBootstrapTreeKilledFailsTheOthersAtOnceNamingIt) {
+  expectCreationFailsNamingTheLost(10, 4, /*viaShrink=*/true, Loss::kKill, "2");
+}
+
+TEST(CommShrink, AnInnerRankOfTheBootstrapTreeStoppedFailsTheOthersAfterTheHeartbeatTimeout) {
+  expectCreationFailsNamingTheLost(10, 4, /*viaShrink=*/true, Loss::kStop, "2");
 }
 
 TEST(CommShrink, AMemberStoppedBeforeItsRecordFailsTheOthersAfterTheHeartbeatTimeout) {

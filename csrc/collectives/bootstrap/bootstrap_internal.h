@@ -30,6 +30,38 @@ std::vector<std::string> splitPeerRecords(const std::string& bytes, size_t expec
 // splitPeerRecords of it throws RemoteError carrying `why`, so no rank waits for a list
 // that will never come.
 std::string failedPeerRecords(const std::string& why);
+// The reason carried by a failedPeerRecords() value; "" for anything else.
+std::string peerRecordsFailure(const std::string& bytes);
+
+// The bootstrap tree (tree.cc): rank lo heads the ranks [lo, hi); it splits [lo + 1, hi)
+// into at most `fanout` consecutive chunks of nearly equal size, each headed by its first
+// rank. Depth about log_fanout(nranks); rank 0 heads [0, nranks).
+struct BootstrapTreeNode {
+  int parent = -1;  // -1 for rank 0
+  int hi = 0;       // this rank heads [rank, hi)
+  int depth = 0;    // 0 for rank 0
+  std::vector<std::pair<int, int>> children;  // [first, end) of each chunk, in rank order
+};
+BootstrapTreeNode bootstrapTreeNode(int nranks, int fanout, int rank);
+
+// Every rank's PeerInfo record through the tree of the ranks' bootstrap services: each rank
+// takes its children's slices from its own service, sets its slice [rank, hi) in its
+// parent's, then takes the whole list from its parent's service and leaves a copy for each
+// child in its own. 2 x depth round trips, a rank moves the list 1 + fanout times, and the
+// caller's store only gives each rank its parent's service. A failure anywhere reaches every
+// rank as RemoteError carrying the first reason (a rank passes failedPeerRecords on, up and
+// down, in place of what it owes). Waits look at `abortFlag` and, with `watch`, at the member
+// they wait for; `watch->silentLimitMs` also bounds each request to a service.
+struct TreeExchange {
+  int rank = 0, nranks = 1, fanout = 8;
+  std::string mine;           // this rank's serialized PeerInfo
+  std::string parentService;  // the parent's PeerInfo::service ("" for rank 0)
+  std::string scope;          // key prefix of this initialisation (recordScope)
+  const Deadline& deadline;
+  const std::atomic<bool>& abortFlag;
+  const MemberWatch* watch = nullptr;
+};
+std::vector<std::string> exchangeRecordsByTree(const TreeExchange& x);
 
 // Test hook: while set (non-empty) on a thread, localHostId() on that thread returns it,
 // ahead of XCCL_NODE_ID. Lets ranks that are threads of one process pretend to live on

@@ -278,10 +278,14 @@ std::string joinPeerRecords(const std::vector<std::string>& records) {
 
 std::string failedPeerRecords(const std::string& why) { return "XPLF" + why; }
 
+std::string peerRecordsFailure(const std::string& bytes) {
+  if (bytes.size() < 4 || bytes.compare(0, 4, "XPLF") != 0) return "";
+  return bytes.size() > 4 ? bytes.substr(4) : "(no reason given)";
+}
+
 std::vector<std::string> splitPeerRecords(const std::string& bytes, size_t expected) {
-  if (bytes.size() >= 4 && bytes.compare(0, 4, "XPLF") == 0) {
-    throw RemoteError(strCat("the rank gathering the PeerInfo records gave up: ", bytes.substr(4)));
-  }
+  const std::string why = peerRecordsFailure(bytes);
+  if (!why.empty()) throw RemoteError(strCat("the rank gathering the PeerInfo records gave up: ", why));
   if (bytes.size() < 4 || bytes.compare(0, 4, "XPL1") != 0) {
     throw RemoteError("malformed PeerInfo list: bad magic");
   }

@@ -1,8 +1,11 @@
 // connectPeers(): from a shared store to one authenticated Connection per peer.
 //
 //   1. listen on an ephemeral TCP port; publish PeerInfo under "peer/<rank>"
-//   2. read every other rank's PeerInfo (from 8 ranks on, rank 0 reads them all and publishes
-//      the list under "peers", which the others read: 3n store requests, not n^2)
+//   2. read every other rank's PeerInfo: from 8 ranks on through the bootstrap tree of the
+//      ranks' own services (bootstrap/tree.cc: a rank reads only its parent's record from
+//      the store, so the store serves 2n small requests instead of n^2 records), or with
+//      XCCL_BOOTSTRAP_FANOUT=0 rank 0 reads them all and publishes the list under "peers"
+//      (3n requests, but n copies of the whole list); below 8 ranks every rank reads each
 //   3. for each peer on the same host (equal hostId, SHM allowed on both ends): create
 //      our outgoing SHM ring, publish it under "shm/<rank>/<peer>"
 //   4. TCP for the rest: by default nothing now, the pairs connect on first use (the lower
@@ -38,6 +41,9 @@ XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0, 0, 1)
 // 1 = ranks on one host connect when an operation first needs the pair (shm/arena.h);
 // 0 = every pair at creation.
 XCCL_PARAM(RuntimeConnect, "RUNTIME_CONNECT", 1, 0, 1)
+// From 8 ranks on, the PeerInfo records travel through a tree of the ranks' bootstrap
+// services with this many children per rank; 0 = rank 0 gathers them through the store.
+XCCL_PARAM(BootstrapFanout, "BOOTSTRAP_FANOUT", 8, 0, 4096)
 
 namespace {
 
@@ -112,11 +118,22 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
   const std::string mine = serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0);
   store.set(strCat("peer/", rank), mine);
 
-  // 2. Read everyone: from kGatherFrom ranks on, rank 0 reads the records and publishes them
-  // as one value (3n requests to the store instead of n^2); decide the transport of each
-  // pair the same way on both ends.
+  // 2. Read everyone: from kGatherFrom ranks on through the bootstrap tree (the store gives
+  // each rank its parent's record only), or (fanout 0) rank 0 reads the records and
+  // publishes them as one value; decide the transport of each pair alike on both ends.
   std::vector<std::string> records(nranks);
-  if (nranks >= kGatherFrom && rank != 0) {
+  const int fanout = static_cast<int>(xcclParamBootstrapFanout());
+  if (nranks >= kGatherFrom && fanout > 0) {
+    std::string parentService;
+    const BootstrapTreeNode node = bootstrapTreeNode(nranks, fanout, rank);
+    if (node.parent >= 0) {
+      parentService = parsePeerInfo(storeGet(store, strCat("peer/", node.parent), rank, deadline,
+                                             abortFlag, node.parent, watch))
+                          .service;
+    }
+    records = exchangeRecordsByTree(TreeExchange{rank, nranks, fanout, mine, parentService,
+                                                 recordScope(secret), deadline, abortFlag, watch});
+  } else if (nranks >= kGatherFrom && rank != 0) {
     records =
         splitPeerRecords(storeGet(store, "peers", rank, deadline, abortFlag, 0, watch), nranks);
   } else {
