@@ -6,15 +6,17 @@
 // start, it measures single-thread memcpy bandwidth on buffers of the same sizes, the
 // limit a copy-based transport cannot beat. Prints a table and, with --json FILE, JSON.
 //
-//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller | --xdev]
-//              [--json out.json]
+//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller]
+//              [--xdev | --mem-alloc] [--json out.json]
 //
 // Each allreduce is waited for before the next (as a blocking collective): by default it
 // is enqueued for the progress thread and waited with xcclEventRecord + xcclEventWait;
 // --caller runs it on the calling thread instead (stream XCCL_STREAM_CALLER), the way the
 // torch backend runs blocking collectives. --xdev puts the buffers in xdev device memory
 // (rank i on xdev:i, an xdev communicator; the default stream), where messages of
-// XCCL_PEER_READ_MIN bytes or more are read in place by the peer (single copy).
+// XCCL_PEER_READ_MIN bytes or more are read in place by the peer (single copy). --mem-alloc
+// keeps the host device but takes the buffers from xcclMemAlloc (memory the peers of this
+// host can map), so they are read in place too, and registers them (xcclCommRegister).
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -68,7 +70,7 @@ void check(xcclResult_t r, const char* what) {
 
 // Runs inside one rank: returns the time per allreduce for each size (median of rounds).
 std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::vector<size_t>& sizes,
-                            int iters, bool onCaller, bool onXdev) {
+                            int iters, bool onCaller, bool onXdev, bool memAlloc) {
   xcclComm_t comm;
   xcclConfig_t cfg{};
   cfg.device = onXdev ? rank : -1;
@@ -91,6 +93,14 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
         exit(1);
       }
       xdevMemcpy(sendp, hostSend.data(), bytes, xdevMemcpyHostToDevice);
+    }
+    void *sendReg = nullptr, *recvReg = nullptr;
+    if (memAlloc && count > 0) {
+      check(xcclMemAlloc(reinterpret_cast<void**>(&sendp), bytes), "xcclMemAlloc");
+      check(xcclMemAlloc(reinterpret_cast<void**>(&recvp), bytes), "xcclMemAlloc");
+      std::copy(hostSend.begin(), hostSend.end(), sendp);
+      check(xcclCommRegister(comm, sendp, bytes, &sendReg), "xcclCommRegister");
+      check(xcclCommRegister(comm, recvp, bytes, &recvReg), "xcclCommRegister");
     }
     int n = bytes <= 4096 ? iters * 50 : std::max(3, static_cast<int>(iters * (1 << 20) / bytes));
     xcclEvent_t ev;
@@ -123,6 +133,13 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
       xdevFree(sendp);
       xdevFree(recvp);
     }
+    if (memAlloc && count > 0) {
+      std::copy(recvp, recvp + count, hostRecv.begin());
+      check(xcclCommDeregister(comm, sendReg), "xcclCommDeregister");
+      check(xcclCommDeregister(comm, recvReg), "xcclCommDeregister");
+      check(xcclMemFree(sendp), "xcclMemFree");
+      check(xcclMemFree(recvp), "xcclMemFree");
+    }
     const std::vector<float>& recv = hostRecv;
     float want = 0;
     for (int r = 0; r < nranks; ++r) want += 1.0f + r;
@@ -140,7 +157,7 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
 
 int main(int argc, char** argv) {
   int nranks = 2, iters = 20;
-  bool onCaller = false, onXdev = false;
+  bool onCaller = false, onXdev = false, memAlloc = false;
   const char* json = nullptr;
   std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
@@ -153,6 +170,8 @@ int main(int argc, char** argv) {
       onCaller = true;
     else if (a == "--xdev")
       onXdev = true;
+    else if (a == "--mem-alloc")
+      memAlloc = true;
     else if (a == "--json" && i + 1 < argc)
       json = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) {
@@ -163,7 +182,8 @@ int main(int argc, char** argv) {
     } else {
       fprintf(
           stderr,
-          "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev] [--json FILE]\n",
+          "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev | --mem-alloc] "
+          "[--json FILE]\n",
           argv[0]);
       return 2;
     }
@@ -182,7 +202,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < nranks; ++r) {
     pid_t p = fork();
     if (p == 0) {
-      auto res = runRank(r, nranks, id, sizes, iters, onCaller, onXdev);
+      auto res = runRank(r, nranks, id, sizes, iters, onCaller, onXdev, memAlloc);
       if (r == 0) std::copy(res.begin(), res.end(), shared);
       _exit(0);
     }
@@ -201,15 +221,18 @@ int main(int argc, char** argv) {
   const double factor = 2.0 * (nranks - 1) / nranks;
   printf("# bench_core: float32 allreduce, %d ranks (processes, shared memory), %ld cores, %s\n",
          nranks, sysconf(_SC_NPROCESSORS_ONLN),
-         onCaller ? "on the calling thread (XCCL_STREAM_CALLER)"
-         : onXdev ? "xdev device memory, enqueued + xcclEventWait"
-                  : "enqueued + xcclEventWait");
+         onCaller ? (memAlloc ? "xcclMemAlloc host memory, on the calling thread (XCCL_STREAM_CALLER)"
+                              : "on the calling thread (XCCL_STREAM_CALLER)")
+         : onXdev   ? "xdev device memory, enqueued + xcclEventWait"
+         : memAlloc ? "xcclMemAlloc host memory, enqueued + xcclEventWait"
+                    : "enqueued + xcclEventWait");
   printf("%12s %12s %12s %12s %14s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
          "memcpy(GB/s)", "bus/memcpy");
   FILE* jf = json ? fopen(json, "w") : nullptr;
   if (jf) {
-    fprintf(jf, "{\"ranks\": %d, \"caller\": %s, \"xdev\": %s, \"results\": [", nranks,
-            onCaller ? "true" : "false", onXdev ? "true" : "false");
+    fprintf(jf, "{\"ranks\": %d, \"caller\": %s, \"xdev\": %s, \"mem_alloc\": %s, \"results\": [",
+            nranks, onCaller ? "true" : "false", onXdev ? "true" : "false",
+            memAlloc ? "true" : "false");
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     const Result& r = shared[i];

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -107,6 +108,18 @@ class Comm {
   xcclResult_t asyncError() const { return asyncError_.load(); }
   std::string lastError() const;
 
+  // xcclCommRegister / xcclCommDeregister (core/api_mem.cc): the buffers registered with this
+  // communicator, disjoint, by first byte; each with its handle (the address of its entry).
+  struct Registered {
+    const char* base = nullptr;
+    size_t bytes = 0;
+  };
+  struct Registry {
+    std::mutex mu;
+    std::map<const char*, std::unique_ptr<Registered>> buffers;
+  };
+  Registry& registry() { return registry_; }
+
  private:
   void progressLoop();
   // Runs a popped op (the caller of runOnCaller or the progress thread), then publishes it.
@@ -167,6 +180,7 @@ class Comm {
   // A failure's note to the higher TCP peers never connected (they wait for us to connect:
   // tcp/lazy.cc); joined by the destructor.
   std::thread noteThread_;
+  Registry registry_;
 };
 
 }  // namespace xccl

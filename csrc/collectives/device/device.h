@@ -111,6 +111,11 @@ class Device {
     return false;
   }
   virtual const void* importBuffer(const PeerRef& ref, int ownerPid, size_t bytes);
+  // xcclMemAlloc / xcclMemFree: memory of this device that the processes of this host can
+  // map, so exportBuffer() succeeds for any range inside it. By default alloc() and free():
+  // devices whose every allocation is shareable (xdev). The host device makes it a memfd.
+  virtual void* allocPeerable(size_t bytes) { return alloc(bytes); }
+  virtual void freePeerable(void* ptr) { free(ptr); }
 };
 
 // A device by kind ("host", "xdev"; "" = XCCL_DEVICE, default host) and ordinal (< 0: the

@@ -267,6 +267,30 @@ XCCL_API xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* async
 XCCL_API xcclResult_t xcclCommCount(const xcclComm_t comm, int* count);
 XCCL_API xcclResult_t xcclCommUserRank(const xcclComm_t comm, int* rank);
 
+/* ---- memory peers can map, and registered buffers ---- */
+/* size bytes of the default device's memory (XCCL_DEVICE: host memory, or xdev device memory)
+ * that the other processes of this host can map, zero-filled, page aligned (ncclMemAlloc).
+ * Operations read a peer's buffer in place when it lies in such memory: one pass over the
+ * bytes instead of one copy into a shared ring and one out of it (messages of
+ * XCCL_PEER_READ_MIN bytes or more between the processes of one host). On the host device
+ * each allocation is a memfd with a header page (no name in /dev/shm; freed by the kernel
+ * with the last process that maps it). Free with xcclMemFree. */
+XCCL_API xcclResult_t xcclMemAlloc(void** ptr, size_t size);
+/* Frees memory from xcclMemAlloc; NULL is a no-op; any other pointer is xcclInvalidArgument.
+ * No operation may still be using it. */
+XCCL_API xcclResult_t xcclMemFree(void* ptr);
+/* Declares buff[0, size) as a buffer comm's operations will use (ncclCommRegister). It must
+ * be memory comm's device can share with the processes of its host (within one xcclMemAlloc
+ * allocation on the host device; device memory on xdev) and must not overlap a buffer
+ * registered with comm already: otherwise xcclInvalidArgument says which, at registration,
+ * instead of a silent fall back to copies through the rings. Such memory is read in place
+ * whether registered or not; *handle is for xcclCommDeregister. */
+XCCL_API xcclResult_t xcclCommRegister(const xcclComm_t comm, void* buff, size_t size,
+                                       void** handle);
+/* Forgets a registration; a handle comm did not give (or gave and took back) is
+ * xcclInvalidArgument. */
+XCCL_API xcclResult_t xcclCommDeregister(const xcclComm_t comm, void* handle);
+
 /* ---- completion ---- */
 /* The position of every operation enqueued on comm so far. xcclInvalidUsage inside an open
  * group on the calling thread (its operations are only recorded until xcclGroupEnd). */

@@ -35,6 +35,16 @@ class HostDevice : public Device {
   void* openShared(const std::string& handle, int ownerPid, size_t bytes) override;
   void closeShared(void* ptr, size_t bytes, bool owner) override;
 
+  // xcclMemAlloc memory (host_peer_memory.cc): one memfd per allocation, a header page
+  // (magic, a random nonce, the size) ahead of the caller's bytes; exported as the memfd's
+  // number, offset and nonce, imported by mapping the whole memfd once (kept until the owner
+  // frees it: the same fd number with another nonce replaces the mapping). One registry per
+  // process, whatever the host ordinal of the communicator that reads it.
+  void* allocPeerable(size_t bytes) override;
+  void freePeerable(void* ptr) override;
+  bool exportBuffer(const void* ptr, size_t bytes, PeerRef* ref) override;
+  const void* importBuffer(const PeerRef& ref, int ownerPid, size_t bytes) override;
+
   // The host device has no streams: a stream argument is a caller's mistake.
   void* streamCapture(xcclStream_t stream) override;
   void streamWait(void*) override {}

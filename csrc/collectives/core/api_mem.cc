@@ -1,0 +1,124 @@
+// Memory the peers of a host can map, and buffers registered with a communicator:
+// xcclMemAlloc / xcclMemFree (the default device's peerable memory: device.h,
+// allocPeerable), xcclCommRegister / xcclCommDeregister (the check that a buffer will be
+// read in place, once, instead of a silent fall back to copies through the rings).
+#include <map>
+#include <mutex>
+
+#include "api_edge.h"
+#include "collectives/device/device.h"
+
+namespace xccl {
+namespace {
+
+// Which device each live xcclMemAlloc allocation came from, for xcclMemFree.
+struct Allocations {
+  std::mutex mu;
+  std::map<void*, Device*> by;
+};
+
+Allocations& allocations() {
+  static Allocations* a = new Allocations();  // never destroyed: freed from threads at exit
+  return *a;
+}
+
+std::string range(const void* p, size_t bytes) {
+  return strCat("[", p, ", +", bytes, ")");
+}
+
+}  // namespace
+}  // namespace xccl
+
+using namespace xccl;  // NOLINT: this file is the API edge
+
+extern "C" {
+
+xcclResult_t xcclMemAlloc(void** ptr, size_t size) {
+  return guarded("xcclMemAlloc", [&] {
+    XCCL_CHECK_ARG(ptr != nullptr, "ptr is NULL");
+    *ptr = nullptr;
+    XCCL_CHECK_ARG(size > 0, "size 0");
+    Device& device = getDevice(-1);
+    void* p = device.allocPeerable(size);
+    Allocations& a = allocations();
+    std::lock_guard<std::mutex> g(a.mu);
+    a.by[p] = &device;
+    *ptr = p;
+  });
+}
+
+xcclResult_t xcclMemFree(void* ptr) {
+  return guarded("xcclMemFree", [&] {
+    if (ptr == nullptr) return;
+    Device* device = nullptr;
+    {
+      Allocations& a = allocations();
+      std::lock_guard<std::mutex> g(a.mu);
+      auto it = a.by.find(ptr);
+      XCCL_CHECK_ARG(it != a.by.end(), "pointer ", ptr,
+                     " is not the start of memory from xcclMemAlloc (or was freed already)");
+      device = it->second;
+      a.by.erase(it);
+    }
+    device->freePeerable(ptr);
+  });
+}
+
+xcclResult_t xcclCommRegister(const xcclComm_t comm, void* buff, size_t size, void** handle) {
+  return guarded("xcclCommRegister", [&] {
+    XCCL_CHECK_ARG(handle != nullptr, "handle is NULL");
+    *handle = nullptr;
+    Comm& c = commOf(comm);
+    XCCL_CHECK_ARG(buff != nullptr && size > 0, "buffer ", range(buff, size), " is empty");
+    const char* p = static_cast<const char*>(buff);
+    PeerRef ref;
+    XCCL_CHECK_ARG(c.device().exportBuffer(buff, size, &ref), "rank ", c.rank(), ": buffer ",
+                   range(buff, size), " is not memory that device ", c.device().name(),
+                   " can share with the other processes of its host, so peers could not read it "
+                   "in place (allocate it with xcclMemAlloc",
+                   std::string(c.device().name()) == "host" ? ", in one allocation" : "",
+                   "; a device communicator needs device memory)");
+    Comm::Registry& r = c.registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    auto next = r.buffers.lower_bound(p);
+    if (next != r.buffers.end() && next->first < p + size) {
+      throw InvalidArgument(strCat("rank ", c.rank(), ": buffer ", range(buff, size),
+                                   " overlaps ", range(next->first, next->second->bytes),
+                                   ", registered already"));
+    }
+    if (next != r.buffers.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second->bytes > p) {
+        throw InvalidArgument(strCat("rank ", c.rank(), ": buffer ", range(buff, size),
+                                     " overlaps ", range(prev->first, prev->second->bytes),
+                                     ", registered already"));
+      }
+    }
+    auto reg = std::make_unique<Comm::Registered>();
+    reg->base = p;
+    reg->bytes = size;
+    *handle = reg.get();
+    r.buffers.emplace(p, std::move(reg));
+  });
+}
+
+xcclResult_t xcclCommDeregister(const xcclComm_t comm, void* handle) {
+  return guarded("xcclCommDeregister", [&] {
+    Comm& c = commOf(comm);
+    XCCL_CHECK_ARG(handle != nullptr, "handle is NULL");
+    Comm::Registry& r = c.registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    const auto* reg = static_cast<const Comm::Registered*>(handle);
+    for (auto it = r.buffers.begin(); it != r.buffers.end(); ++it) {
+      if (it->second.get() == reg) {
+        r.buffers.erase(it);
+        return;
+      }
+    }
+    throw InvalidArgument(strCat("rank ", c.rank(), ": handle ", handle,
+                                 " is not a buffer registered with this communicator (or was "
+                                 "deregistered already)"));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,186 @@
+// xcclMemAlloc / xcclMemFree and xcclCommRegister / xcclCommDeregister: memory the processes
+// of a host can map, read in place by the host device's collectives (single copy), a freed
+// and reallocated buffer never read through a stale mapping, and bad input refused with the
+// reason.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "xccl.h"
+#include "xdev_runtime.h"
+
+namespace {
+
+using xccl_test::check;
+using xccl_test::ScopedEnv;
+
+// Mappings of xcclMemAlloc memory in this process: its own allocations and its peers'.
+int memMappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find("memfd:xccl-mem") != std::string::npos;
+  return n;
+}
+
+TEST(MemAlloc, PageAlignedZeroFilledAndFreedOnce) {
+  const long page = sysconf(_SC_PAGESIZE);
+  for (size_t bytes : {size_t(1), size_t(4097), size_t(3) << 20}) {
+    void* p = nullptr;
+    ASSERT_EQ(xcclMemAlloc(&p, bytes), xcclSuccess) << xcclGetLastError(nullptr);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % page, 0u);
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < bytes; i += 509) ASSERT_EQ(b[i], 0) << i;
+    std::memset(p, 0x5a, bytes);  // all of it is ours to write
+    ASSERT_EQ(xcclMemFree(p), xcclSuccess);
+    EXPECT_EQ(xcclMemFree(p), xcclInvalidArgument);  // twice
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("freed already"), std::string::npos);
+  }
+  EXPECT_EQ(xcclMemFree(nullptr), xcclSuccess);
+  void* m = std::malloc(64);
+  EXPECT_EQ(xcclMemFree(m), xcclInvalidArgument);
+  std::free(m);
+  void* p = nullptr;
+  EXPECT_EQ(xcclMemAlloc(&p, 0), xcclInvalidArgument);
+  EXPECT_EQ(xcclMemAlloc(nullptr, 64), xcclInvalidArgument);
+}
+
+// 3 processes on the host device, every message of 64 bytes or more read in place: every
+// collective exact, each rank mapping its peers' memory; then every buffer freed and made
+// again (the kernel gives the same fd numbers back) with other values: a peer that read the
+// old allocation through a kept mapping would return the old sums.
+TEST(MemAlloc, HostProcessesReadEachOthersBuffersInPlace) {
+  ScopedEnv min("XCCL_PEER_READ_MIN", "64");
+  const int n = 3;
+  const size_t count = 70001;
+  xcclUniqueId id;
+  ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
+  xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        xcclConfig_t cfg{};
+        cfg.device = -1;
+        cfg.timeout_ms = 60000;
+        xcclComm_t comm = nullptr;
+        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        const int before = memMappings();
+        for (int round = 0; round < 2; ++round) {
+          float *a = nullptr, *g = nullptr, *r = nullptr;
+          check(xcclMemAlloc(reinterpret_cast<void**>(&a), count * sizeof(float)));
+          check(xcclMemAlloc(reinterpret_cast<void**>(&g), count * n * sizeof(float)));
+          check(xcclMemAlloc(reinterpret_cast<void**>(&r), count * sizeof(float)));
+          for (size_t i = 0; i < count; ++i) a[i] = float(i % 31 + rank + 100 * round);
+          check(xcclAllReduce(a, a, count, xcclFloat32, xcclSum, comm, nullptr), comm);
+          check(xcclAllGather(a, g, count, xcclFloat32, comm, nullptr), comm);
+          check(xcclReduceScatter(g, r, count / n, xcclFloat32, xcclSum, comm, nullptr),
+                comm);
+          check(xcclBroadcast(a, a, count, xcclFloat32, 2, comm, nullptr), comm);
+          xcclEvent_t ev;
+          check(xcclEventRecord(&ev, comm), comm);
+          check(xcclEventWait(&ev, -1), comm);
+          for (size_t i = 0; i < count; ++i) {
+            const float sum = float(n * (i % 31 + 100 * round) + n * (n - 1) / 2);
+            ASSERT_EQ(a[i], sum) << "allreduce/broadcast, round " << round << " i " << i;
+            for (int q = 0; q < n; ++q) ASSERT_EQ(g[q * count + i], sum) << "allgather " << i;
+          }
+          for (size_t i = 0; i < count / n; ++i) {  // block `rank` of g, summed over ranks
+            const size_t j = rank * (count / n) + i;
+            const float want = float(n) * g[j];
+            ASSERT_EQ(r[i], want) << "reducescatter " << i;
+          }
+          // Its own three and at least one peer's (the ring reads its predecessor's).
+          EXPECT_GE(memMappings() - before, 4) << "round " << round;
+          // Safe to free once this rank's operations are done: a send read in place
+          // completes only when the peer has read it.
+          check(xcclMemFree(a));
+          check(xcclMemFree(g));
+          check(xcclMemFree(r));
+        }
+        check(xcclCommDestroy(comm));
+      },
+      120);
+}
+
+TEST(CommRegister, RefusesWhatPeersCannotReadAndOverlapsAndUnknownHandles) {
+  xccl_test::MemoryStore store;
+  xccl_test::runThreads(2, [&](int rank) {
+    xcclComm_t comm = xccl_test::initThreadComm(store, 2, rank, "reg/");
+    char* mem = nullptr;
+    check(xcclMemAlloc(reinterpret_cast<void**>(&mem), 1 << 20));
+    void* h = nullptr;
+    // Plain host memory: peers cannot map it.
+    std::vector<char> plain(4096);
+    EXPECT_EQ(xcclCommRegister(comm, plain.data(), plain.size(), &h), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("xcclMemAlloc"), std::string::npos)
+        << xcclGetLastError(nullptr);
+    EXPECT_EQ(h, nullptr);
+    // Past the end of its allocation.
+    EXPECT_EQ(xcclCommRegister(comm, mem + 4096, 1 << 20, &h), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommRegister(comm, mem, 0, &h), xcclInvalidArgument);
+    // Two halves, then anything overlapping either.
+    void *lo = nullptr, *hi = nullptr;
+    ASSERT_EQ(xcclCommRegister(comm, mem, 1 << 19, &lo), xcclSuccess) << xcclGetLastError(nullptr);
+    ASSERT_EQ(xcclCommRegister(comm, mem + (1 << 19), 1 << 19, &hi), xcclSuccess);
+    EXPECT_NE(lo, hi);
+    EXPECT_EQ(xcclCommRegister(comm, mem + 100, 10, &h), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("overlaps"), std::string::npos)
+        << xcclGetLastError(nullptr);
+    EXPECT_EQ(xcclCommRegister(comm, mem + (1 << 19) - 1, 2, &h), xcclInvalidArgument);
+    // Deregistered once only; a handle of nothing is refused.
+    EXPECT_EQ(xcclCommDeregister(comm, lo), xcclSuccess);
+    EXPECT_EQ(xcclCommDeregister(comm, lo), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommDeregister(comm, nullptr), xcclInvalidArgument);
+    EXPECT_EQ(xcclCommDeregister(comm, plain.data()), xcclInvalidArgument);
+    // The freed half can be registered again.
+    ASSERT_EQ(xcclCommRegister(comm, mem + 4096, 4096, &lo), xcclSuccess);
+    EXPECT_EQ(xcclCommDeregister(comm, lo), xcclSuccess);
+    EXPECT_EQ(xcclCommDeregister(comm, hi), xcclSuccess);
+    // The communicator still works.
+    float x = 1.0f + rank;
+    check(xcclAllReduce(&x, &x, 1, xcclFloat32, xcclSum, comm, nullptr), comm);
+    xcclEvent_t ev;
+    check(xcclEventRecord(&ev, comm), comm);
+    check(xcclEventWait(&ev, -1), comm);
+    EXPECT_EQ(x, 3.0f);
+    check(xcclMemFree(mem));
+    check(xcclCommDestroy(comm));
+  });
+}
+
+// On an xdev communicator: device memory registers, host memory (even xcclMemAlloc's, which
+// is the host device's) does not.
+TEST(CommRegister, XdevCommunicatorsTakeDeviceMemoryOnly) {
+  xccl_test::MemoryStore store;
+  xccl_test::runThreads(2, [&](int rank) {
+    ASSERT_EQ(xdevSetDevice(rank), xdevSuccess);
+    xcclConfig_t cfg{};
+    cfg.device = rank;
+    cfg.deviceType = xcclDeviceXdev;
+    cfg.timeout_ms = 30000;
+    xcclComm_t comm = nullptr;
+    check(xcclCommInitRankStore(&comm, 2, rank, store.c(), "regx/", &cfg), nullptr);
+    void* dev = nullptr;
+    ASSERT_EQ(xdevMalloc(&dev, 1 << 16), xdevSuccess);
+    void *h = nullptr, *host = nullptr;
+    check(xcclMemAlloc(&host, 1 << 16));
+    EXPECT_EQ(xcclCommRegister(comm, host, 1 << 16, &h), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("device memory"), std::string::npos)
+        << xcclGetLastError(nullptr);
+    ASSERT_EQ(xcclCommRegister(comm, dev, 1 << 16, &h), xcclSuccess) << xcclGetLastError(nullptr);
+    EXPECT_EQ(xcclCommDeregister(comm, h), xcclSuccess);
+    check(xcclMemFree(host));
+    xdevFree(dev);
+    check(xcclCommDestroy(comm), nullptr);
+  });
+}
+
+}  // namespace
