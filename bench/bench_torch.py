@@ -289,7 +289,12 @@ def coll_worker(rank, world_size, port, q, a):
         t_start = time.perf_counter()
         for coll in a.collectives:
             for size in a.sizes:
-                nbytes, count, run, check = make_case(coll, size, n, rank)
+                if a.peer_memory:  # the case's tensors in xcclMemAlloc memory
+                    import torch_xccl
+                    with torch_xccl.peer_memory():
+                        nbytes, count, run, check = make_case(coll, size, n, rank)
+                else:
+                    nbytes, count, run, check = make_case(coll, size, n, rank)
                 # correctness guard, once per size and backend, before timing
                 errs = {b: check(groups[b]) for b in BACKENDS}
                 iters = iters_for(nbytes, a)
@@ -402,6 +407,9 @@ def main():
     p.add_argument("--timeout", type=float, default=900, help="hard timeout per launch (s)")
     p.add_argument("--pg-timeout", type=float, default=300, help="process-group timeout (s)")
     p.add_argument("--no-memcpy", action="store_true")
+    p.add_argument("--peer-memory", action="store_true",
+                   help="make each case's tensors inside torch_xccl.peer_memory() (xcclMemAlloc "
+                        "memory: xccl's peers read them in place)")
     p.add_argument("--compete", type=int, default=0,
                    help="run N CPU-bound processes (busy loops) beside the ranks, to measure "
                         "under load (issue 15's fairness goal)")

@@ -22,6 +22,7 @@ import torch.distributed  # noqa: E402,F401
 from . import _C  # noqa: E402  the native module: backend + bindings (links lib/libxccl.so.0)
 from . import _routing  # noqa: E402
 from . import survivors  # noqa: E402  lost ranks, revoke, shrink (docs/ELASTIC.md)
+from .memory import peer_memory, peer_memory_stats  # noqa: E402  (docs/MEMORY.md)
 
 try:  # written by setup.py from xccl.h (the one version source)
     from ._version import __version__
@@ -83,4 +84,5 @@ is_torch_xccl_backend = _routing.is_torch_xccl_backend
 _routing.route()
 
 __all__ = ["__version__", "xccl_version", "describe", "is_routed", "is_torch_xccl_backend",
-           "dump_flight_record", "flight_record", "survivors"]
+           "dump_flight_record", "flight_record", "survivors", "peer_memory",
+           "peer_memory_stats"]

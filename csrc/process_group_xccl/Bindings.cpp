@@ -9,6 +9,10 @@
 #include "FlightRecorder.hpp"
 #include "ProcessGroupXCCL.hpp"
 
+namespace torch_xccl {
+void bindPeerMemory(py::module& m);  // PeerMemory.cpp
+}  // namespace torch_xccl
+
 namespace {
 torch_xccl::ProcessGroupXCCL& asXccl(const c10::intrusive_ptr<c10d::Backend>& b) {
   auto* p = dynamic_cast<torch_xccl::ProcessGroupXCCL*>(b.get());
@@ -126,4 +130,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("iters"), py::arg("inputs"), py::arg("outputs"), py::arg("capacity") = 2000,
       py::call_guard<py::gil_scoped_release>());
+  torch_xccl::bindPeerMemory(m);
 }

@@ -21,9 +21,10 @@ XCCL_PARAM(AliveCheckUs, "ALIVE_CHECK_US", 1000, 0, kKnobMax)
 // below it. 0 sleeps at once.
 XCCL_PARAM(SpinUs, "SPIN_US", 50, 0, kKnobMax)
 // Peer reads (single copy between the processes of a host, where the device can share its
-// memory): 0 turns them off; messages of at least PEER_READ_MIN bytes use them.
+// memory): 0 turns them off; messages of at least PEER_READ_MIN bytes use them (0: the
+// device's own threshold, Device::peerReadMinBytes).
 XCCL_PARAM(PeerRead, "PEER_READ", 1, 0, 1)
-XCCL_PARAM(PeerReadMin, "PEER_READ_MIN", 64 << 10, 0, kKnobMax)
+XCCL_PARAM(PeerReadMin, "PEER_READ_MIN", 0, 0, kKnobMax)
 
 Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*> conns,
                    std::vector<int> ringOrder, const std::atomic<bool>& abortFlag)
@@ -51,8 +52,7 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
   tuning_ = readTuning();
   peerReadOn_ = xcclParamPeerRead() != 0;
   const int64_t readMin = xcclParamPeerReadMin();
-  XCCL_CHECK(readMin >= 1, "XCCL_PEER_READ_MIN=", readMin, " must be at least 1");
-  peerReadMin_ = static_cast<size_t>(readMin);
+  peerReadMin_ = readMin > 0 ? static_cast<size_t>(readMin) : device_.peerReadMinBytes();
   peerReadsPosted_.assign(nranks, 0);
   peerReadLogged_.assign(nranks, 0);
   spinMaxUs_ = xcclParamSpinUs();
