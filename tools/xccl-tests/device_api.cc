@@ -51,6 +51,19 @@ class XdevApi : public DeviceApi {
   void free(void* p) override { xdevFree(p); }
 };
 
+// --mem-alloc on the host device: xcclMemAlloc memory, which peer ranks read in place.
+class PeerableHostApi : public HostApi {
+ public:
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    if (xcclMemAlloc(&p, bytes) != xcclSuccess) {
+      throw std::runtime_error(std::string("xcclMemAlloc: ") + xcclGetLastError(nullptr));
+    }
+    return p;
+  }
+  void free(void* p) override { xcclMemFree(p); }
+};
+
 }  // namespace
 
 void* DeviceApi::alloc(size_t bytes) {
@@ -69,8 +82,13 @@ const char* DeviceApi::kinds() {
 #endif
 }
 
-std::unique_ptr<DeviceApi> DeviceApi::make(const std::string& kind) {
+std::unique_ptr<DeviceApi> DeviceApi::make(const std::string& kind, bool memAlloc) {
+  if (kind == "host" && memAlloc) return std::make_unique<PeerableHostApi>();
   if (kind == "host") return std::make_unique<HostApi>();
+  if (kind == "cuda" && memAlloc) {
+    throw std::runtime_error(
+        "--mem-alloc: the CUDA device does not export buffers for peer reads (docs/MEMORY.md)");
+  }
   if (kind == "xdev") return std::make_unique<XdevApi>();
 #if defined(XCCL_WITH_CUDA)
   if (kind == "cuda") return makeCudaApi();

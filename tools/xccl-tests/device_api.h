@@ -14,7 +14,9 @@ namespace xt {
 class DeviceApi {
  public:
   // Throws std::runtime_error for a kind this build lacks or a machine without the device.
-  static std::unique_ptr<DeviceApi> make(const std::string& kind);
+  // memAlloc (--mem-alloc): buffers the peers of this host can map (host: xcclMemAlloc; xdev:
+  // its device memory already is; cuda: refused, its device does not export buffers).
+  static std::unique_ptr<DeviceApi> make(const std::string& kind, bool memAlloc = false);
   static const char* kinds();  // what -D accepts in this build, e.g. "host, xdev, cuda"
   virtual ~DeviceApi() = default;
 

@@ -30,6 +30,9 @@ class GuardedBuffer {
   void prepare(size_t bytes);
   unsigned char* host() { return base_ + kGuard; }   // fill and check here
   unsigned char* device() { return dev_ + kGuard; }  // give the library this
+  // The whole allocation on the device, guards included (what --mem-alloc registers).
+  void* block() { return dev_; }
+  size_t blockBytes() const { return capacity_ + 2 * kGuard; }
   void upload();    // host mirror -> device (nothing where the host addresses the device)
   void download();  // device -> host mirror
   // Guard bytes that no longer hold their pattern ("out of bounds values").

@@ -176,6 +176,11 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        "run the conformance matrix (collectives x types x ops x sizes x "
        "in/out-of-place); exit 1 on any wrong or out-of-bounds element",
        [&o](const std::string&) { o.conformance = true; }},
+      {0, "mem-alloc", nullptr,
+       "buffers in memory the peers of this host can map (host: xcclMemAlloc; xdev: device "
+       "memory), each registered with the communicator (xcclCommRegister): messages of "
+       "XCCL_PEER_READ_MIN bytes or more are read in place (docs/MEMORY.md)",
+       [&o](const std::string&) { o.memAlloc = true; }},
       {0, "inject-fault", nullptr,
        "self-test of the checker: the last rank corrupts one element "
        "of every out-of-place result and one guard byte; every such check must then fail",

@@ -42,6 +42,7 @@ struct Options {
   bool conformance = false;
   bool verbose = false;
   bool injectFault = false;
+  bool memAlloc = false;  // --mem-alloc: buffers from xcclMemAlloc, registered with the comm
   int killRank = -1;  // --kill R[:N]: rank R dies before case N; the others shrink and go on
   int killCase = 1;
   std::string device =

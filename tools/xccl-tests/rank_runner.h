@@ -89,6 +89,10 @@ class RankRunner {
   void* stream_ = nullptr;          // -D xdev|cuda: every operation is ordered on this stream
   bool streams_ = false;            // the device has streams
   std::unique_ptr<GuardedBuffer> bufs_[2];  // kept for the run (see GuardedBuffer)
+  // --mem-alloc: each buffer's registration, and the communicator that holds it (a shrink
+  // replaces comm_; the old one's registrations went with it).
+  void* reg_[2] = {nullptr, nullptr};
+  xcclComm_t regComm_[2] = {nullptr, nullptr};
   GuardedBuffer& buffer(int i, size_t bytes);
   std::vector<std::string> rankLines_;
   // --kill: this process's rank at the start, the original rank of each current rank, and

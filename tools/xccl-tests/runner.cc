@@ -68,7 +68,7 @@ void RankRunner::issueOrThrow(const OpArgs& a, const void* send, void* recv) {
 
 void RankRunner::init() {
   oob_.connect(s_.oobHost, s_.oobPort, s_.rank, s_.nranks, s_.oobTimeoutSec);
-  dev_ = DeviceApi::make(opt_.device);
+  dev_ = DeviceApi::make(opt_.device, opt_.memAlloc);
   streams_ = opt_.device != "host";
   if (s_.comm != nullptr) {  // -g: xcclCommInitAllConfig made it on device s_.device
     comm_ = s_.comm;

@@ -28,8 +28,8 @@ bool Exchange::viaPeerRead(int peer, PendingMsg& m) {
     if (could && m.peerRead == 0 && firstTime("peer-read-declined")) {
       XCCL_INFO(SHM, "rank ", rank_, ": messages of ", peerReadMin_, " bytes or more to ranks of ",
                 "this host go through the rings (two copies): device ", device_.name(),
-                " cannot share this memory (single copy needs device memory a peer can map, "
-                "e.g. xdev)");
+                " cannot share this memory (single copy needs memory a peer can map: xdev device "
+                "memory, or host memory from xcclMemAlloc, docs/MEMORY.md)");
     }
   }
   return m.peerRead == 1;
