@@ -17,6 +17,10 @@
 // XCCL_PEER_READ_MIN bytes or more are read in place by the peer (single copy). --mem-alloc
 // keeps the host device but takes the buffers from xcclMemAlloc (memory the peers of this
 // host can map), so they are read in place too, and registers them (xcclCommRegister).
+// --put-signal measures one-sided puts instead (2 ranks, windows from xcclMemAlloc): a
+// ping-pong where each side puts the message into the other's window with a signal and
+// waits for the answer's signal; time = half a round trip, beside the same ping-pong made
+// of xcclSend/xcclRecv on the caller.
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -153,11 +157,71 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
   return out;
 }
 
+// --put-signal: half a ping-pong round trip per size, put/signal and send/recv (us).
+std::vector<Result> runPutSignal(int rank, xcclUniqueId id, const std::vector<size_t>& sizes,
+                                 int iters, std::vector<Result>* sendRecv) {
+  xcclComm_t comm;
+  xcclConfig_t cfg{};
+  cfg.device = -1;
+  check(xcclCommInitRankConfig(&comm, 2, id, rank, &cfg), "init");
+  size_t most = 64;
+  for (size_t b : sizes) most = std::max(most, b);
+  char *win = nullptr, *src = nullptr;
+  check(xcclMemAlloc(reinterpret_cast<void**>(&win), most), "xcclMemAlloc");
+  check(xcclMemAlloc(reinterpret_cast<void**>(&src), most), "xcclMemAlloc");
+  std::memset(src, rank + 1, most);
+  xcclWindow_t w;
+  check(xcclCommWindowRegister(comm, win, most, &w, 0), "xcclCommWindowRegister");
+  const int peer = 1 - rank;
+  std::vector<Result> out;
+  for (size_t bytes : sizes) {
+    const int n = bytes <= 65536 ? iters * 100 : std::max(5, static_cast<int>(iters * (1 << 22) / bytes));
+    auto pingPong = [&](bool put) {
+      xcclWaitSignalDesc_t d{1, peer, 0, 0};
+      for (int i = 0; i < n; ++i) {
+        for (int turn = 0; turn < 2; ++turn) {
+          if ((turn == 0) == (rank == 0)) {
+            if (put) {
+              check(xcclPutSignal(src, bytes, xcclUint8, peer, w, 0, 0, 0, 0, comm, nullptr), "put");
+            } else {
+              check(xcclSend(src, bytes, xcclUint8, peer, comm, XCCL_STREAM_CALLER), "send");
+            }
+          } else if (put) {
+            check(xcclWaitSignal(1, &d, comm, nullptr), "wait");
+          } else {
+            check(xcclRecv(win, bytes, xcclUint8, peer, comm, XCCL_STREAM_CALLER), "recv");
+          }
+        }
+      }
+    };
+    double best[2] = {1e30, 1e30};
+    for (int round = 0; round < 5; ++round) {
+      for (int k = 0; k < 2; ++k) {
+        check(xcclBarrier(comm, XCCL_STREAM_CALLER), "barrier");
+        auto t0 = Clock::now();
+        pingPong(k == 0);
+        best[k] = std::min(best[k], seconds(t0, Clock::now()) / n / 2 * 1e6);
+      }
+    }
+    if (static_cast<unsigned char>(win[bytes - 1]) != static_cast<unsigned char>(peer + 1)) {
+      fprintf(stderr, "rank %d: wrong bytes after %zu-byte puts\n", rank, bytes);
+      exit(2);
+    }
+    out.push_back({bytes, best[0]});
+    sendRecv->push_back({bytes, best[1]});
+  }
+  check(xcclCommWindowDeregister(comm, w), "xcclCommWindowDeregister");
+  check(xcclMemFree(win), "xcclMemFree");
+  check(xcclMemFree(src), "xcclMemFree");
+  check(xcclCommDestroy(comm), "destroy");
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int nranks = 2, iters = 20;
-  bool onCaller = false, onXdev = false, memAlloc = false;
+  bool onCaller = false, onXdev = false, memAlloc = false, putSignal = false;
   const char* json = nullptr;
   std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
@@ -172,6 +236,8 @@ int main(int argc, char** argv) {
       onXdev = true;
     else if (a == "--mem-alloc")
       memAlloc = true;
+    else if (a == "--put-signal")
+      putSignal = true;
     else if (a == "--json" && i + 1 < argc)
       json = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) {
@@ -182,8 +248,8 @@ int main(int argc, char** argv) {
     } else {
       fprintf(
           stderr,
-          "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev | --mem-alloc] "
-          "[--json FILE]\n",
+          "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev | --mem-alloc | "
+          "--put-signal] [--json FILE]\n",
           argv[0]);
       return 2;
     }
@@ -194,6 +260,38 @@ int main(int argc, char** argv) {
 
   xcclUniqueId id;
   check(xcclGetUniqueId(&id), "uniqueid");
+  if (putSignal) {
+    auto* res = static_cast<Result*>(mmap(nullptr, 2 * sizeof(Result) * sizes.size(),
+                                          PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    std::vector<pid_t> kids;
+    for (int r = 0; r < 2; ++r) {
+      pid_t p = fork();
+      if (p == 0) {
+        std::vector<Result> sr;
+        auto ps = runPutSignal(r, id, sizes, iters, &sr);
+        if (r == 0) {
+          std::copy(ps.begin(), ps.end(), res);
+          std::copy(sr.begin(), sr.end(), res + sizes.size());
+        }
+        _exit(0);
+      }
+      kids.push_back(p);
+    }
+    int bad = 0;
+    for (pid_t p : kids) {
+      int st = 0;
+      waitpid(p, &st, 0);
+      bad |= !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    if (bad) return 1;
+    printf("# bench_core --put-signal: 2 ranks, half a ping-pong round trip (us), best of 5\n");
+    printf("%12s %14s %14s %14s\n", "size(B)", "put+signal", "send/recv", "put GB/s");
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      printf("%12zu %14.2f %14.2f %14.3f\n", res[i].bytes, res[i].usPerOp,
+             res[sizes.size() + i].usPerOp, res[i].bytes / (res[i].usPerOp * 1e-6) / 1e9);
+    }
+    return 0;
+  }
   // Rank 0's results come back through a shared anonymous mapping.
   auto* shared =
       static_cast<Result*>(mmap(nullptr, sizeof(Result) * sizes.size(), PROT_READ | PROT_WRITE,

@@ -1,7 +1,8 @@
 // Memory the peers of a host can map, and buffers registered with a communicator:
 // xcclMemAlloc / xcclMemFree (the default device's peerable memory: device.h,
 // allocPeerable), xcclCommRegister / xcclCommDeregister (the check that a buffer will be
-// read in place, once, instead of a silent fall back to copies through the rings).
+// read in place, once, instead of a silent fall back to copies through the rings), and the
+// windows with their one-sided puts and signals (core/windows.h).
 #include <map>
 #include <mutex>
 
@@ -24,6 +25,31 @@ Allocations& allocations() {
 
 std::string range(const void* p, size_t bytes) {
   return strCat("[", p, ", +", bytes, ")");
+}
+
+// What every window entry requires: a host communicator, called on its caller's thread (a
+// stream of NULL or XCCL_STREAM_CALLER), outside an open group, context 0, flags 0.
+Windows& windowsOf(xcclComm_t comm, xcclStream_t stream, int ctx, unsigned flags) {
+  Comm& c = commOf(comm);
+  if (std::string(c.device().name()) != "host") {
+    throw InvalidUsage(strCat("rank ", c.rank(), ": windows are built for communicators of the ",
+                              "host device so far; this one is on ", c.device().name(),
+                              " (docs/MEMORY.md)"));
+  }
+  XCCL_CHECK_ARG(stream == nullptr || stream == XCCL_STREAM_CALLER,
+                 "a host communicator has no streams: pass NULL or XCCL_STREAM_CALLER");
+  if (inOpenGroup()) {
+    throw InvalidUsage("called inside an open group: windows, puts and signals run at once, "
+                       "on the calling thread");
+  }
+  XCCL_CHECK_ARG(ctx == 0, "ctx ", ctx, ": only context 0 exists");
+  XCCL_CHECK_ARG(flags == 0, "flags ", flags, ": no flags are defined");
+  return c.windows();
+}
+
+Window* windowOf(xcclWindow_t win) {
+  XCCL_CHECK_ARG(win != nullptr, "window is NULL");
+  return reinterpret_cast<Window*>(win);
 }
 
 }  // namespace
@@ -118,6 +144,54 @@ xcclResult_t xcclCommDeregister(const xcclComm_t comm, void* handle) {
     throw InvalidArgument(strCat("rank ", c.rank(), ": handle ", handle,
                                  " is not a buffer registered with this communicator (or was "
                                  "deregistered already)"));
+  });
+}
+
+xcclResult_t xcclCommWindowRegister(xcclComm_t comm, void* buff, size_t size, xcclWindow_t* win,
+                                    int winFlags) {
+  return guarded("xcclCommWindowRegister", [&] {
+    XCCL_CHECK_ARG(win != nullptr, "win is NULL");
+    *win = nullptr;
+    Windows& w = windowsOf(comm, nullptr, 0, static_cast<unsigned>(winFlags));
+    *win = reinterpret_cast<xcclWindow_t>(w.registerWindow(buff, size));
+  });
+}
+
+xcclResult_t xcclCommWindowDeregister(xcclComm_t comm, xcclWindow_t win) {
+  return guarded("xcclCommWindowDeregister", [&] {
+    windowsOf(comm, nullptr, 0, 0).deregisterWindow(windowOf(win));
+  });
+}
+
+xcclResult_t xcclPutSignal(const void* localbuff, size_t count, xcclDataType_t datatype, int peer,
+                           xcclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                           unsigned int flags, xcclComm_t comm, xcclStream_t stream) {
+  return guarded("xcclPutSignal", [&] {
+    Windows& w = windowsOf(comm, stream, ctx, flags);
+    const size_t es = dtypeSize(datatype);
+    XCCL_CHECK_ARG(es != 0, "unknown datatype ", static_cast<int>(datatype));
+    XCCL_CHECK_ARG(count <= SIZE_MAX / es, "count ", count, " overflows");
+    w.putSignal(localbuff, count * es, peer, windowOf(peerWin), peerWinOffset, sigIdx);
+  });
+}
+
+xcclResult_t xcclSignal(int peer, int sigIdx, int ctx, unsigned int flags, xcclComm_t comm,
+                        xcclStream_t stream) {
+  return guarded("xcclSignal",
+                 [&] { windowsOf(comm, stream, ctx, flags).signal(peer, sigIdx); });
+}
+
+xcclResult_t xcclWaitSignal(int nDesc, const xcclWaitSignalDesc_t* signalDescs, xcclComm_t comm,
+                            xcclStream_t stream) {
+  return guarded("xcclWaitSignal", [&] {
+    Windows& w = windowsOf(comm, stream, 0, 0);
+    XCCL_CHECK_ARG(nDesc >= 0 && (nDesc == 0 || signalDescs != nullptr),
+                   "nDesc ", nDesc, " with signalDescs ", signalDescs);
+    for (int i = 0; i < nDesc; ++i) {
+      const xcclWaitSignalDesc_t& d = signalDescs[i];
+      XCCL_CHECK_ARG(d.ctx == 0, "signalDescs[", i, "].ctx ", d.ctx, ": only context 0 exists");
+      w.waitSignal(d.peer, d.sigIdx, d.opCnt);
+    }
   });
 }
 

@@ -34,6 +34,7 @@
 #include "collectives/topology/topology.h"
 #include "common/param.h"
 #include "heartbeat.h"
+#include "windows.h"
 #include "xccl.h"
 
 namespace xccl {
@@ -119,6 +120,8 @@ class Comm {
     std::map<const char*, std::unique_ptr<Registered>> buffers;
   };
   Registry& registry() { return registry_; }
+  // Its windows and signal pad (core/windows.h), made at the first window registration.
+  Windows& windows();
 
  private:
   void progressLoop();
@@ -181,6 +184,8 @@ class Comm {
   // tcp/lazy.cc); joined by the destructor.
   std::thread noteThread_;
   Registry registry_;
+  std::mutex windowsMu_;
+  std::unique_ptr<Windows> windows_;
 };
 
 }  // namespace xccl

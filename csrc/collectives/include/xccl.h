@@ -291,6 +291,42 @@ XCCL_API xcclResult_t xcclCommRegister(const xcclComm_t comm, void* buff, size_t
  * xcclInvalidArgument. */
 XCCL_API xcclResult_t xcclCommDeregister(const xcclComm_t comm, void* handle);
 
+/* Windows (ncclCommWindowRegister): a buffer of the same size on every rank that the other
+ * ranks of its host write into with xcclPutSignal. Collective: every rank of comm calls it
+ * with its own buffer of `size` bytes, which must be memory the host's processes can map
+ * (xcclMemAlloc); a rank whose buffer is not, or sizes that differ, fail every rank with
+ * xcclInvalidArgument naming the rank. Communicators of the host device only so far
+ * (xcclInvalidUsage otherwise); ranks on other hosts are not reachable through a window.
+ * winFlags: 0. Deregister is collective too (a barrier: no put reaches a window after its
+ * owner deregistered it). */
+typedef struct xcclWindow* xcclWindow_t;
+XCCL_API xcclResult_t xcclCommWindowRegister(xcclComm_t comm, void* buff, size_t size,
+                                             xcclWindow_t* win, int winFlags);
+XCCL_API xcclResult_t xcclCommWindowDeregister(xcclComm_t comm, xcclWindow_t win);
+/* One-sided: copies count elements from localbuff into peer's window at byte offset
+ * peerWinOffset, then adds one to peer's signal counter (this rank, sigIdx), so that data is
+ * visible to peer once its xcclWaitSignal counted the signal. On the calling thread, after
+ * every operation enqueued on comm before (stream: NULL or XCCL_STREAM_CALLER). A range
+ * outside the window is xcclInvalidArgument; a peer on another host xcclInvalidUsage.
+ * sigIdx in [0, 16); ctx and flags 0. xcclSignal: the signal alone. */
+XCCL_API xcclResult_t xcclPutSignal(const void* localbuff, size_t count, xcclDataType_t datatype,
+                                    int peer, xcclWindow_t peerWin, size_t peerWinOffset,
+                                    int sigIdx, int ctx, unsigned int flags, xcclComm_t comm,
+                                    xcclStream_t stream);
+XCCL_API xcclResult_t xcclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
+                                 xcclComm_t comm, xcclStream_t stream);
+/* Waits, for each descriptor, until opCnt more signals (peer, sigIdx) arrived than earlier
+ * waits of this rank counted. Fails with xcclRemoteError when the peer's process exits
+ * before, xcclTimeout after the communicator's timeout. */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} xcclWaitSignalDesc_t;
+XCCL_API xcclResult_t xcclWaitSignal(int nDesc, const xcclWaitSignalDesc_t* signalDescs,
+                                     xcclComm_t comm, xcclStream_t stream);
+
 /* ---- completion ---- */
 /* The position of every operation enqueued on comm so far. xcclInvalidUsage inside an open
  * group on the calling thread (its operations are only recorded until xcclGroupEnd). */
