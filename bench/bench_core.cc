@@ -175,14 +175,16 @@ std::vector<Result> runPutSignal(int rank, xcclUniqueId id, const std::vector<si
   const int peer = 1 - rank;
   std::vector<Result> out;
   for (size_t bytes : sizes) {
-    const int n = bytes <= 65536 ? iters * 100 : std::max(5, static_cast<int>(iters * (1 << 22) / bytes));
+    const int n =
+        bytes <= 65536 ? iters * 100 : std::max(5, static_cast<int>(iters * (1 << 22) / bytes));
     auto pingPong = [&](bool put) {
       xcclWaitSignalDesc_t d{1, peer, 0, 0};
       for (int i = 0; i < n; ++i) {
         for (int turn = 0; turn < 2; ++turn) {
           if ((turn == 0) == (rank == 0)) {
             if (put) {
-              check(xcclPutSignal(src, bytes, xcclUint8, peer, w, 0, 0, 0, 0, comm, nullptr), "put");
+              check(xcclPutSignal(src, bytes, xcclUint8, peer, w, 0, 0, 0, 0, comm, nullptr),
+                    "put");
             } else {
               check(xcclSend(src, bytes, xcclUint8, peer, comm, XCCL_STREAM_CALLER), "send");
             }
@@ -261,8 +263,9 @@ int main(int argc, char** argv) {
   xcclUniqueId id;
   check(xcclGetUniqueId(&id), "uniqueid");
   if (putSignal) {
-    auto* res = static_cast<Result*>(mmap(nullptr, 2 * sizeof(Result) * sizes.size(),
-                                          PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    auto* res =
+        static_cast<Result*>(mmap(nullptr, 2 * sizeof(Result) * sizes.size(),
+                                  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     std::vector<pid_t> kids;
     for (int r = 0; r < 2; ++r) {
       pid_t p = fork();
@@ -319,8 +322,9 @@ int main(int argc, char** argv) {
   const double factor = 2.0 * (nranks - 1) / nranks;
   printf("# bench_core: float32 allreduce, %d ranks (processes, shared memory), %ld cores, %s\n",
          nranks, sysconf(_SC_NPROCESSORS_ONLN),
-         onCaller ? (memAlloc ? "xcclMemAlloc host memory, on the calling thread (XCCL_STREAM_CALLER)"
-                              : "on the calling thread (XCCL_STREAM_CALLER)")
+         onCaller
+             ? (memAlloc ? "xcclMemAlloc host memory, on the calling thread (XCCL_STREAM_CALLER)"
+                         : "on the calling thread (XCCL_STREAM_CALLER)")
          : onXdev   ? "xdev device memory, enqueued + xcclEventWait"
          : memAlloc ? "xcclMemAlloc host memory, enqueued + xcclEventWait"
                     : "enqueued + xcclEventWait");

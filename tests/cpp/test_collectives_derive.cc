@@ -246,8 +246,7 @@ enum class Loss { kKill, kStop };
 // `fanout`: XCCL_BOOTSTRAP_FANOUT in every rank (null: the default), which shapes the
 // bootstrap tree from 8 members on ("0": rank 0 gathers through the store instead).
 static void expectCreationFailsNamingTheLost(int n, int lost, bool viaShrink,
-                                             Loss how = Loss::kKill,
-                                             const char* fanout = nullptr) {
+                                             Loss how = Loss::kKill, const char* fanout = nullptr) {
   xcclUniqueId id;
   check(xcclGetUniqueId(&id));
   // The stopped member's pid, for the survivors to end it (a stopped child never exits).

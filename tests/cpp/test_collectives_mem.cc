@@ -27,7 +27,8 @@ using xccl_test::ScopedEnv;
 int memMappings() {
   std::ifstream maps("/proc/self/maps");
   int n = 0;
-  for (std::string line; std::getline(maps, line);) n += line.find("memfd:xccl-mem") != std::string::npos;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("memfd:xccl-mem") != std::string::npos;
   return n;
 }
 
@@ -81,8 +82,7 @@ TEST(MemAlloc, HostProcessesReadEachOthersBuffersInPlace) {
           for (size_t i = 0; i < count; ++i) a[i] = float(i % 31 + rank + 100 * round);
           check(xcclAllReduce(a, a, count, xcclFloat32, xcclSum, comm, nullptr), comm);
           check(xcclAllGather(a, g, count, xcclFloat32, comm, nullptr), comm);
-          check(xcclReduceScatter(g, r, count / n, xcclFloat32, xcclSum, comm, nullptr),
-                comm);
+          check(xcclReduceScatter(g, r, count / n, xcclFloat32, xcclSum, comm, nullptr), comm);
           check(xcclBroadcast(a, a, count, xcclFloat32, 2, comm, nullptr), comm);
           xcclEvent_t ev;
           check(xcclEventRecord(&ev, comm), comm);

@@ -51,9 +51,10 @@ TEST(Windows, PutsAroundARingLandWholeBeforeTheirSignal) {
         std::vector<float> mine(block);
         for (size_t r = 0; r < rounds; ++r) {
           for (size_t i = 0; i < block; ++i) mine[i] = float(rank * 1000003 + r * 7919 + i % 4093);
-          check(xcclPutSignal(mine.data(), block, xcclFloat32, right, win, r * block * sizeof(float),
-                              /*sigIdx=*/3, 0, 0, comm, nullptr),
-                comm);
+          check(
+              xcclPutSignal(mine.data(), block, xcclFloat32, right, win, r * block * sizeof(float),
+                            /*sigIdx=*/3, 0, 0, comm, nullptr),
+              comm);
           check(waitOne(comm, left, 3, 1), comm);
           const float* got = winMem + r * block;
           for (size_t i = 0; i < block; ++i) {
@@ -116,8 +117,8 @@ TEST(Windows, BadInputIsRefusedNamingTheRankAndTheRange) {
     EXPECT_EQ(xcclWaitSignal(1, &bad, comm, nullptr), xcclInvalidArgument);
     // A window of another communicator (or none) is refused; so is deregistering twice.
     int junk = 0;
-    EXPECT_EQ(xcclPutSignal(src, 1, xcclUint8, peer, reinterpret_cast<xcclWindow_t>(&junk), 0, 0,
-                            0, 0, comm, nullptr),
+    EXPECT_EQ(xcclPutSignal(src, 1, xcclUint8, peer, reinterpret_cast<xcclWindow_t>(&junk), 0, 0, 0,
+                            0, comm, nullptr),
               xcclInvalidArgument);
     // The communicator still works, and the window too.
     check(xcclPutSignal(src, 8, xcclUint8, peer, win, 8, 1, 0, 0, comm, nullptr), comm);

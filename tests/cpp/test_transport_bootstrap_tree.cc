@@ -60,7 +60,8 @@ TEST(BootstrapTree, RangesPartitionTheRanksAndDepthGrowsWithTheLogOfN) {
   }
   // 4096 ranks, 8 children each: 4 levels below rank 0, so 8 round trips.
   int deepest = 0;
-  for (int r = 0; r < 4096; ++r) deepest = std::max(deepest, xccl::bootstrapTreeNode(4096, 8, r).depth);
+  for (int r = 0; r < 4096; ++r)
+    deepest = std::max(deepest, xccl::bootstrapTreeNode(4096, 8, r).depth);
   EXPECT_EQ(deepest, 4);
 }
 
@@ -73,7 +74,7 @@ std::string recordOf(int rank) {
 void exchange(int n, int fanout, const std::string& scope, const std::function<Deadline(int)>& dl,
               const std::function<bool(int)>& present,
               const std::function<void(int, const std::vector<std::string>*,
-                                        const std::string& error, double seconds)>& done) {
+                                       const std::string& error, double seconds)>& done) {
   const std::string service = xccl::processService();
   std::atomic<bool> abortFlag{false};
   xccl_test::runThreads(
@@ -83,9 +84,9 @@ void exchange(int n, int fanout, const std::string& scope, const std::function<D
         const Deadline deadline = dl(rank);
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          auto got = xccl::exchangeRecordsByTree(xccl::TreeExchange{
-              rank, n, fanout, recordOf(rank), rank == 0 ? "" : service, scope, deadline,
-              abortFlag, nullptr});
+          auto got = xccl::exchangeRecordsByTree(xccl::TreeExchange{rank, n, fanout, recordOf(rank),
+                                                                    rank == 0 ? "" : service, scope,
+                                                                    deadline, abortFlag, nullptr});
           done(rank, &got, "",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         } catch (const xccl::Error& e) {
@@ -139,8 +140,7 @@ TEST(BootstrapTree, AMissingRankFailsEveryOtherRankNamingItLongBeforeTheirDeadli
   std::mutex mu;
   int failed = 0;
   exchange(
-      n, fanout, scope,
-      [&](int rank) { return Deadline::after(rank == parent ? 1500 : 60000); },
+      n, fanout, scope, [&](int rank) { return Deadline::after(rank == parent ? 1500 : 60000); },
       [&](int rank) { return rank != missing; },
       [&](int rank, const std::vector<std::string>* got, const std::string& error, double s) {
         std::lock_guard<std::mutex> g(mu);

@@ -43,7 +43,7 @@ struct Options {
   bool verbose = false;
   bool injectFault = false;
   bool memAlloc = false;  // --mem-alloc: buffers from xcclMemAlloc, registered with the comm
-  int killRank = -1;  // --kill R[:N]: rank R dies before case N; the others shrink and go on
+  int killRank = -1;      // --kill R[:N]: rank R dies before case N; the others shrink and go on
   int killCase = 1;
   std::string device =
       "host";  // -D/--device: "host" (host memory), "xdev" or "cuda" (device memory, streams)

@@ -32,7 +32,8 @@ GuardedBuffer& RankRunner::buffer(int i, size_t bytes) {
   if (!bufs_[i] || bufs_[i]->capacity() < bytes) {
     size_t most = opt_.maxBytes * (streams_ ? static_cast<size_t>(s_.nranks) : 1) + 4096;
     size_t cap = std::max(bytes, most);
-    if (reg_[i] != nullptr && regComm_[i] == comm_) call(xcclCommDeregister(comm_, reg_[i]), "xcclCommDeregister");
+    if (reg_[i] != nullptr && regComm_[i] == comm_)
+      call(xcclCommDeregister(comm_, reg_[i]), "xcclCommDeregister");
     reg_[i] = nullptr;
     bufs_[i].reset();
     bufs_[i] = std::make_unique<GuardedBuffer>(cap, *dev_);

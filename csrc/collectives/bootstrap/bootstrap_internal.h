@@ -37,9 +37,9 @@ std::string peerRecordsFailure(const std::string& bytes);
 // into at most `fanout` consecutive chunks of nearly equal size, each headed by its first
 // rank. Depth about log_fanout(nranks); rank 0 heads [0, nranks).
 struct BootstrapTreeNode {
-  int parent = -1;  // -1 for rank 0
-  int hi = 0;       // this rank heads [rank, hi)
-  int depth = 0;    // 0 for rank 0
+  int parent = -1;                            // -1 for rank 0
+  int hi = 0;                                 // this rank heads [rank, hi)
+  int depth = 0;                              // 0 for rank 0
   std::vector<std::pair<int, int>> children;  // [first, end) of each chunk, in rank order
 };
 BootstrapTreeNode bootstrapTreeNode(int nranks, int fanout, int rank);

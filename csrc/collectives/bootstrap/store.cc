@@ -285,7 +285,8 @@ std::string peerRecordsFailure(const std::string& bytes) {
 
 std::vector<std::string> splitPeerRecords(const std::string& bytes, size_t expected) {
   const std::string why = peerRecordsFailure(bytes);
-  if (!why.empty()) throw RemoteError(strCat("the rank gathering the PeerInfo records gave up: ", why));
+  if (!why.empty())
+    throw RemoteError(strCat("the rank gathering the PeerInfo records gave up: ", why));
   if (bytes.size() < 4 || bytes.compare(0, 4, "XPL1") != 0) {
     throw RemoteError("malformed PeerInfo list: bad magic");
   }

@@ -71,8 +71,7 @@ std::string takeWatched(Store& svc, const std::string& key, int rank, int from,
                         const std::atomic<bool>& abortFlag, const MemberWatch* watch) {
   WaitNotice notice(strCat(what, " (rank ", rank, "; is rank ", from, " running?)"), BOOT);
   for (;;) {
-    if (abortFlag.load())
-      throw InvalidUsage(strCat("rank ", rank, ": aborted waiting for ", what));
+    if (abortFlag.load()) throw InvalidUsage(strCat("rank ", rank, ": aborted waiting for ", what));
     const int64_t left = deadline.remainingMs();
     const int64_t slice = left < 0 ? kSliceMs : std::min(left, kSliceMs);
     try {
@@ -137,9 +136,9 @@ std::vector<std::string> exchangeRecordsByTree(const TreeExchange& x) {
     std::vector<std::string> slice{x.mine};
     slice.reserve(node.hi - rank);
     for (const auto& [c, end] : node.children) {
-      const std::string what =
-          end - c == 1 ? strCat("rank ", c, "'s record")
-                       : strCat("the records of ranks ", c, "-", end - 1, " (rank ", c, "'s subtree)");
+      const std::string what = end - c == 1 ? strCat("rank ", c, "'s record")
+                                            : strCat("the records of ranks ", c, "-", end - 1,
+                                                     " (rank ", c, "'s subtree)");
       std::string got =
           takeWatched(*self, key("up", c), rank, c, what, x.deadline, x.abortFlag, x.watch);
       const std::string why = peerRecordsFailure(got);
@@ -169,8 +168,8 @@ std::vector<std::string> exchangeRecordsByTree(const TreeExchange& x) {
     if (!why.empty()) {
       throw RemoteError(strCat("rank ", rank, ": failed elsewhere in the bootstrap tree: ", why));
     }
-    XCCL_TRACE(BOOT, "rank ", rank, ": every record through the bootstrap tree (depth ",
-               node.depth, ", ", node.children.size(), " children)");
+    XCCL_TRACE(BOOT, "rank ", rank, ": every record through the bootstrap tree (depth ", node.depth,
+               ", ", node.children.size(), " children)");
     return splitPeerRecords(all, x.nranks);
   } catch (const Error& e) {
     passOn(failedPeerRecords(e.what()));

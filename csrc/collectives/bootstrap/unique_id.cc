@@ -61,7 +61,7 @@ constexpr uint32_t kMaxKey = 1024;
 constexpr uint32_t kMaxValue = 64u << 20;
 constexpr int kHelloTimeoutMs = 10000;   // a client that never says hello is dropped
 constexpr int64_t kRoundTripMs = 60000;  // one request/response with a live server
-constexpr uint32_t kMaxWaitMs = 60000;    // the longest a get or take is parked
+constexpr uint32_t kMaxWaitMs = 60000;   // the longest a get or take is parked
 
 struct Client {
   net::Fd fd;
@@ -109,7 +109,7 @@ class StoreServer {
   std::vector<std::unique_ptr<Client>> clients_;
   std::map<std::string, std::string> kv_;
   std::set<std::string> doneKeys_;
-  long nranks_ = 0;  // learned from the done marks
+  long nranks_ = 0;                                    // learned from the done marks
   uint64_t requests_ = 0, misses_ = 0, bytesOut_ = 0;  // for the log at retirement
 };
 
@@ -361,7 +361,8 @@ class UniqueIdStore : public Store {
     XCCL_CHECK_ARG(!key.empty() && key.size() <= kMaxKey, "store key length ", key.size());
     for (;;) {
       const int64_t left = deadline.remainingMs();
-      const uint32_t waitMs = static_cast<uint32_t>(left < 0 ? 1000 : std::min<int64_t>(left, 1000));
+      const uint32_t waitMs =
+          static_cast<uint32_t>(left < 0 ? 1000 : std::min<int64_t>(left, 1000));
       std::string req(1, op);
       net::putU32(req, static_cast<uint32_t>(key.size()));
       req += key;
@@ -375,8 +376,7 @@ class UniqueIdStore : public Store {
     }
   }
 
-  bool tryGet(const std::string& key, const std::string& req, uint32_t waitMs,
-              std::string* value) {
+  bool tryGet(const std::string& key, const std::string& req, uint32_t waitMs, std::string* value) {
     std::lock_guard<std::mutex> lock(mu_);
     Deadline io = Deadline::after(roundTripMs_ + waitMs);
     net::WaitCtx ctx{io, nullptr, strCat("store ", addr_, ": get '", key, "'")};

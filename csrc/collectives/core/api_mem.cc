@@ -23,9 +23,7 @@ Allocations& allocations() {
   return *a;
 }
 
-std::string range(const void* p, size_t bytes) {
-  return strCat("[", p, ", +", bytes, ")");
-}
+std::string range(const void* p, size_t bytes) { return strCat("[", p, ", +", bytes, ")"); }
 
 // What every window entry requires: a host communicator, called on its caller's thread (a
 // stream of NULL or XCCL_STREAM_CALLER), outside an open group, context 0, flags 0.
@@ -39,8 +37,9 @@ Windows& windowsOf(xcclComm_t comm, xcclStream_t stream, int ctx, unsigned flags
   XCCL_CHECK_ARG(stream == nullptr || stream == XCCL_STREAM_CALLER,
                  "a host communicator has no streams: pass NULL or XCCL_STREAM_CALLER");
   if (inOpenGroup()) {
-    throw InvalidUsage("called inside an open group: windows, puts and signals run at once, "
-                       "on the calling thread");
+    throw InvalidUsage(
+        "called inside an open group: windows, puts and signals run at once, "
+        "on the calling thread");
   }
   XCCL_CHECK_ARG(ctx == 0, "ctx ", ctx, ": only context 0 exists");
   XCCL_CHECK_ARG(flags == 0, "flags ", flags, ": no flags are defined");
@@ -108,8 +107,8 @@ xcclResult_t xcclCommRegister(const xcclComm_t comm, void* buff, size_t size, vo
     std::lock_guard<std::mutex> g(r.mu);
     auto next = r.buffers.lower_bound(p);
     if (next != r.buffers.end() && next->first < p + size) {
-      throw InvalidArgument(strCat("rank ", c.rank(), ": buffer ", range(buff, size),
-                                   " overlaps ", range(next->first, next->second->bytes),
+      throw InvalidArgument(strCat("rank ", c.rank(), ": buffer ", range(buff, size), " overlaps ",
+                                   range(next->first, next->second->bytes),
                                    ", registered already"));
     }
     if (next != r.buffers.begin()) {
@@ -158,9 +157,8 @@ xcclResult_t xcclCommWindowRegister(xcclComm_t comm, void* buff, size_t size, xc
 }
 
 xcclResult_t xcclCommWindowDeregister(xcclComm_t comm, xcclWindow_t win) {
-  return guarded("xcclCommWindowDeregister", [&] {
-    windowsOf(comm, nullptr, 0, 0).deregisterWindow(windowOf(win));
-  });
+  return guarded("xcclCommWindowDeregister",
+                 [&] { windowsOf(comm, nullptr, 0, 0).deregisterWindow(windowOf(win)); });
 }
 
 xcclResult_t xcclPutSignal(const void* localbuff, size_t count, xcclDataType_t datatype, int peer,
@@ -177,16 +175,15 @@ xcclResult_t xcclPutSignal(const void* localbuff, size_t count, xcclDataType_t d
 
 xcclResult_t xcclSignal(int peer, int sigIdx, int ctx, unsigned int flags, xcclComm_t comm,
                         xcclStream_t stream) {
-  return guarded("xcclSignal",
-                 [&] { windowsOf(comm, stream, ctx, flags).signal(peer, sigIdx); });
+  return guarded("xcclSignal", [&] { windowsOf(comm, stream, ctx, flags).signal(peer, sigIdx); });
 }
 
 xcclResult_t xcclWaitSignal(int nDesc, const xcclWaitSignalDesc_t* signalDescs, xcclComm_t comm,
                             xcclStream_t stream) {
   return guarded("xcclWaitSignal", [&] {
     Windows& w = windowsOf(comm, stream, 0, 0);
-    XCCL_CHECK_ARG(nDesc >= 0 && (nDesc == 0 || signalDescs != nullptr),
-                   "nDesc ", nDesc, " with signalDescs ", signalDescs);
+    XCCL_CHECK_ARG(nDesc >= 0 && (nDesc == 0 || signalDescs != nullptr), "nDesc ", nDesc,
+                   " with signalDescs ", signalDescs);
     for (int i = 0; i < nDesc; ++i) {
       const xcclWaitSignalDesc_t& d = signalDescs[i];
       XCCL_CHECK_ARG(d.ctx == 0, "signalDescs[", i, "].ctx ", d.ctx, ": only context 0 exists");

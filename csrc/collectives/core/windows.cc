@@ -103,11 +103,11 @@ Window* Windows::registerWindow(void* buff, size_t bytes) {
       continue;
     }
     if (peers[p].hostId != peers[me].hostId) continue;  // another host: no mapping
-    win->peerBase[p] =
-        const_cast<char*>(static_cast<const char*>(dev.importBuffer(all[p].window, peers[p].pid, bytes)));
+    win->peerBase[p] = const_cast<char*>(
+        static_cast<const char*>(dev.importBuffer(all[p].window, peers[p].pid, bytes)));
     if (peerPads_[p] == nullptr) {
-      peerPads_[p] = reinterpret_cast<uint64_t*>(const_cast<void*>(dev.importBuffer(
-          all[p].pad, peers[p].pid, sizeof(uint64_t) * kWindowSignals * n)));
+      peerPads_[p] = reinterpret_cast<uint64_t*>(const_cast<void*>(
+          dev.importBuffer(all[p].pad, peers[p].pid, sizeof(uint64_t) * kWindowSignals * n)));
     }
   }
   windows_.push_back(std::move(win));
@@ -215,8 +215,8 @@ void Windows::waitSignal(int peer, int sigIdx, int opCnt) {
         throw Error(toKind(comm_.asyncError()), comm_.lastError());
       }
       if (deadline.expired()) {
-        throw Timeout(strCat("rank ", me, ": xcclWaitSignal: ", got - (want - opCnt), " of ",
-                             opCnt, " signals ", sigIdx, " from rank ", peer, " arrived in ",
+        throw Timeout(strCat("rank ", me, ": xcclWaitSignal: ", got - (want - opCnt), " of ", opCnt,
+                             " signals ", sigIdx, " from rank ", peer, " arrived in ",
                              comm_.timeoutMs(), " ms"));
       }
     }

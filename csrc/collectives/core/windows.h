@@ -50,15 +50,15 @@ class Windows {
  private:
   Window* owned(Window* win, const char* what);
   void checkPeer(int peer, int sigIdx, const char* what) const;
-  uint64_t* peerCounter(int peer, int sigIdx) const;  // peer's counter for (me, sigIdx)
+  uint64_t* peerCounter(int peer, int sigIdx) const;   // peer's counter for (me, sigIdx)
   void exchange(void* mine, size_t bytes, void* all);  // allgather on the caller, waited
 
   Comm& comm_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Window>> windows_;
-  uint64_t* pad_ = nullptr;            // this rank's counters: [sender][sigIdx]
-  std::vector<uint64_t*> peerPads_;    // by rank: that rank's pad mapped here (nullptr: remote)
-  std::vector<uint64_t> consumed_;     // [sender][sigIdx]: signals earlier waits took
+  uint64_t* pad_ = nullptr;          // this rank's counters: [sender][sigIdx]
+  std::vector<uint64_t*> peerPads_;  // by rank: that rank's pad mapped here (nullptr: remote)
+  std::vector<uint64_t> consumed_;   // [sender][sigIdx]: signals earlier waits took
 };
 
 }  // namespace xccl

@@ -313,8 +313,8 @@ XCCL_API xcclResult_t xcclPutSignal(const void* localbuff, size_t count, xcclDat
                                     int peer, xcclWindow_t peerWin, size_t peerWinOffset,
                                     int sigIdx, int ctx, unsigned int flags, xcclComm_t comm,
                                     xcclStream_t stream);
-XCCL_API xcclResult_t xcclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
-                                 xcclComm_t comm, xcclStream_t stream);
+XCCL_API xcclResult_t xcclSignal(int peer, int sigIdx, int ctx, unsigned int flags, xcclComm_t comm,
+                                 xcclStream_t stream);
 /* Waits, for each descriptor, until opCnt more signals (peer, sigIdx) arrived than earlier
  * waits of this rank counted. Fails with xcclRemoteError when the peer's process exits
  * before, xcclTimeout after the communicator's timeout. */

@@ -180,7 +180,8 @@ const void* HostDevice::importBuffer(const PeerRef& ref, int ownerPid, size_t by
     a.m = openSharedRange(f.pid, f.fd, f.total, 0, f.total, "a peer's xcclMemAlloc memory");
     a.nonce = f.nonce;
     const auto* header = static_cast<const char*>(a.m.base);
-    if (std::memcmp(header, kHeaderMagic, 8) != 0 || std::memcmp(header + 8, f.nonce.data(), kNonce) != 0) {
+    if (std::memcmp(header, kHeaderMagic, 8) != 0 ||
+        std::memcmp(header + 8, f.nonce.data(), kNonce) != 0) {
       closeSharedMapping(a.m);
       throw RemoteError(strCat("process ", f.pid, "'s fd ", f.fd,
                                " is not the xcclMemAlloc memory its peer-read frame names (freed "
