@@ -53,6 +53,14 @@ class SmallCNN(nn.Module):
 
 
 def ddp_worker(rank, world_size, port, q, a):
+    if a.peer_memory:  # every CPU allocation of 64 KiB or more in xcclMemAlloc memory
+        import torch_xccl
+        with torch_xccl.peer_memory():
+            return _ddp_worker(rank, world_size, port, q, a)
+    return _ddp_worker(rank, world_size, port, q, a)
+
+
+def _ddp_worker(rank, world_size, port, q, a):
     try:
         from torch.nn.parallel import DistributedDataParallel as DDP
         torch.set_num_threads(1)
@@ -113,7 +121,7 @@ def ddp_worker(rank, world_size, port, q, a):
         dist.all_reduce(e, op=dist.ReduceOp.MAX, group=gloo)
         if rank == 0:
             res = {"world_size": world_size, "params": nparams,
-                   "xccl_device": a.xccl_device,
+                   "xccl_device": a.xccl_device, "peer_memory": a.peer_memory,
                    "grad_bytes": nparams * 4, "batch_per_rank": a.batch,
                    "warmup_steps": a.warmup, "timed_steps": a.steps,
                    "max_param_diff_xccl_vs_gloo": e[0].item(),
@@ -148,6 +156,10 @@ def main():
     p.add_argument("--xccl-device", default="cpu", choices=["cpu", "xdev"],
                    help="where the xccl model lives (the Gloo model is always on the cpu)")
     p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--peer-memory", action="store_true",
+                   help="run each rank inside torch_xccl.peer_memory(): the gradient buckets "
+                        "(and every cpu tensor of 64 KiB or more) in xcclMemAlloc memory, which "
+                        "xccl's peers read in place (docs/MEMORY.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600, help="hard timeout for the launch (s)")
     p.add_argument("--pg-timeout", type=float, default=300)

@@ -9,12 +9,15 @@
 // every iteration, and a fresh memfd costs three system calls, a descriptor and page
 // faults), up to kCacheBytes; beyond that they are freed. The allocator stays installed
 // for the life of the process once used (storages made while it was on call it to resize),
-// and forwards when off.
+// and forwards when off. Every pointer it hands out, its own or the replaced allocator's,
+// carries one deleter (release), as torch requires of an allocator with a raw_deleter (oneDNN
+// frees its scratch through raw_deallocate); release tells its own blocks from the others'.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <pybind11/pybind11.h>
 #include <torch/extension.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -44,7 +47,12 @@ class PeerAllocator final : public c10::Allocator {
       minBytes = depth_ > 0 ? minBytes_ : SIZE_MAX;
       fallback = fallback_;
     }
-    if (n < minBytes || n == 0) return fallback->allocate(n);
+    if (n < minBytes || n == 0) {
+      c10::DataPtr d = fallback->allocate(n);
+      if (fallbackRaw_ == nullptr || d.get() != d.get_context()) return d;
+      void* p = d.release_context();  // now ours to free, through the same deleter
+      return {p, p, &PeerAllocator::release, c10::Device(c10::DeviceType::CPU)};
+    }
     const size_t size = (n + kPage - 1) / kPage * kPage;
     void* p = takeCached(size);
     if (p == nullptr) {
@@ -55,6 +63,7 @@ class PeerAllocator final : public c10::Allocator {
     {
       std::lock_guard<std::mutex> g(mu_);
       live_[p] = size;
+      liveCount_.fetch_add(1);
       ++stats_.liveBlocks;
       stats_.liveBytes += size;
     }
@@ -65,10 +74,16 @@ class PeerAllocator final : public c10::Allocator {
     default_copy_data(dest, src, count);
   }
 
+  // One deleter for everything allocate() returns, when the replaced allocator has one too.
+  c10::DeleterFnPtr raw_deleter() const override {
+    return fallbackRaw_ != nullptr ? &PeerAllocator::release : nullptr;
+  }
+
   void begin(size_t minBytes) {
     std::lock_guard<std::mutex> g(mu_);
     if (!installed_) {
       fallback_ = c10::GetCPUAllocator();
+      fallbackRaw_ = fallback_->raw_deleter();
       c10::SetCPUAllocator(this, kPriority);
       installed_ = true;
     }
@@ -115,22 +130,32 @@ class PeerAllocator final : public c10::Allocator {
 
   static void release(void* p) {
     PeerAllocator& a = get();
-    bool keep = false;
-    {
-      std::lock_guard<std::mutex> g(a.mu_);
-      auto it = a.live_.find(p);
-      if (it == a.live_.end()) return;  // not ours: cannot happen (DataPtr carries this)
-      const size_t size = it->second;
-      a.live_.erase(it);
-      --a.stats_.liveBlocks;
-      a.stats_.liveBytes -= size;
-      if (a.stats_.cachedBytes + size <= kCacheBytes) {
-        a.cache_[size].push_back(p);
-        a.stats_.cachedBytes += size;
-        keep = true;
+    if (p == nullptr) return;
+    if (a.liveCount_.load() != 0) {  // else none of ours is alive: the replaced allocator's
+      bool ours = false, keep = false;
+      {
+        std::lock_guard<std::mutex> g(a.mu_);
+        auto it = a.live_.find(p);
+        if (it != a.live_.end()) {
+          ours = true;
+          const size_t size = it->second;
+          a.live_.erase(it);
+          a.liveCount_.fetch_sub(1);
+          --a.stats_.liveBlocks;
+          a.stats_.liveBytes -= size;
+          if (a.stats_.cachedBytes + size <= kCacheBytes) {
+            a.cache_[size].push_back(p);
+            a.stats_.cachedBytes += size;
+            keep = true;
+          }
+        }
+      }
+      if (ours) {
+        if (!keep) xcclMemFree(p);
+        return;
       }
     }
-    if (!keep) xcclMemFree(p);
+    a.fallbackRaw_(p);
   }
 
   std::mutex mu_;
@@ -138,6 +163,8 @@ class PeerAllocator final : public c10::Allocator {
   int depth_ = 0;
   size_t minBytes_ = 0;
   c10::Allocator* fallback_ = nullptr;
+  c10::DeleterFnPtr fallbackRaw_ = nullptr;  // set once, before anything is handed out
+  std::atomic<size_t> liveCount_{0};         // our blocks alive: 0 = every free is fallback's
   std::unordered_map<void*, size_t> live_;
   std::map<size_t, std::vector<void*>> cache_;
   Stats stats_;
