@@ -82,7 +82,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
   const char* op = "allgather";
   const at::Tensor& in0 = single(op, inputs, "input tensor");
   TORCH_CHECK(outputs.size() == 1, "xccl ", op, ": expected one output list, got ", outputs.size());
-  checkList(op, outputs[0], in0, getSize(), "the output list");
+  if (checkUnevenList(op, outputs[0], in0, getSize(), getRank(), "the output list")) {
+    return allgatherUneven(outputs[0], in0, opts);
+  }
   at::Tensor in = contig(in0);
   at::Tensor flat = at::empty({static_cast<int64_t>(getSize()) * in.numel()}, in.options());
   auto outs = outputs[0];
@@ -104,6 +106,39 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
                      [&](const Target& tg) {
                        return xcclAllGather(in.data_ptr(), flat.data_ptr(), n, dt, tg.comm,
                                             tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
+}
+
+// all_gather with outputs of different sizes (rank i's tensor has outputs[i]'s numel):
+// xcclAllGatherv into one flat buffer, then each output copied out of its slice.
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgatherUneven(std::vector<at::Tensor>& outs,
+                                                                 const at::Tensor& in0,
+                                                                 const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather";
+  at::Tensor in = contig(in0);
+  std::vector<size_t> counts, displs;
+  size_t total = 0;
+  countsAndDispls(outs, &counts, &displs, &total);
+  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options());
+  auto dt = toXcclType(op, in.scalar_type());
+  std::function<void()> post = [outs, flat, counts, displs]() {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      outs[i].copy_(flat.narrow(0, static_cast<int64_t>(displs[i]), static_cast<int64_t>(counts[i]))
+                        .view(outs[i].sizes()));
+    }
+  };
+  return launch({.name = op,
+                 .type = c10d::OpType::ALLGATHER,
+                 .inputs = in0,
+                 .timeout = opts.timeout,
+                 .outputs = outs,
+                 .keepAlive = {in, flat},
+                 .post = post,
+                 .enqueue =
+                     [&](const Target& tg) {
+                       return xcclAllGatherv(in.data_ptr(), counts[getRank()], flat.data_ptr(),
+                                             counts.data(), displs.data(), dt, tg.comm, tg.stream);
                      },
                  .extra = blockingCall(opts)});
 }

@@ -176,6 +176,10 @@ class ProcessGroupXCCL : public c10d::Backend {
   std::string deviceCommDevice();
 
  private:
+  // all_gather whose output tensors differ in size (GatherScatter.cpp).
+  c10::intrusive_ptr<c10d::Work> allgatherUneven(std::vector<at::Tensor>& outs,
+                                                 const at::Tensor& in0,
+                                                 const c10d::AllgatherOptions& opts);
   // What launch() needs beyond the tensors: the device of an operation without tensors
   // (barrier), where recvAnysource writes its peer.
   struct LaunchExtra {

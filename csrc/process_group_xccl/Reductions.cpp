@@ -148,7 +148,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   const char* op = "reduce_scatter";
   const at::Tensor& out0 = single(op, outputs, "output tensor");
   TORCH_CHECK(inputs.size() == 1, "xccl ", op, ": expected one input list, got ", inputs.size());
-  checkList(op, inputs[0], out0, getSize(), "the input list");
+  const bool uneven = checkUnevenList(op, inputs[0], out0, getSize(), getRank(), "the input list");
   auto xop = toXcclOp(op, opts.reduceOp, out0.scalar_type());
   std::vector<at::Tensor> parts;
   for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}));
@@ -157,6 +157,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   CopyBack cb;
   cb.add(out0, out);
   auto dt = toXcclType(op, out.scalar_type());
+  if (uneven) {  // inputs of different sizes: block i (input i's numel) goes to rank i
+    std::vector<size_t> counts, displs;
+    size_t total = 0;
+    countsAndDispls(inputs[0], &counts, &displs, &total);
+    return launch({.name = op,
+                   .type = c10d::OpType::REDUCE_SCATTER,
+                   .inputs = inputs[0],
+                   .timeout = opts.timeout,
+                   .outputs = {out0},
+                   .keepAlive = {send, out},
+                   .post = cb.fn(),
+                   .enqueue =
+                       [&](const Target& tg) {
+                         return xcclReduceScatterv(send.data_ptr(), out.data_ptr(), counts.data(),
+                                                   displs.data(), dt, xop, tg.comm, tg.stream);
+                       },
+                   .extra = blockingCall(opts)});
+  }
   return launch(
       {.name = op,
        .type = c10d::OpType::REDUCE_SCATTER,

@@ -181,6 +181,21 @@ void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Te
   }
 }
 
+bool checkUnevenList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref,
+                     int size, int rank, const char* what) {
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "xccl ", op, ": ", what,
+              " must hold one tensor per rank (", size, "), got ", list.size());
+  bool uneven = false;
+  for (const auto& t : list) {
+    checkSame(op, ref, t);
+    uneven = uneven || t.numel() != ref.numel();
+  }
+  TORCH_CHECK(!uneven || list[rank].numel() == ref.numel(), "xccl ", op, ": tensor ", rank,
+              " of ", what, " (this rank's) must have as many elements as the one it pairs with (",
+              ref.numel(), "), got ", list[rank].numel());
+  return uneven;
+}
+
 // Groups several enqueues into one (xcclGroupStart/End; nests inside a coalescing block).
 xcclResult_t grouped(const std::function<xcclResult_t()>& body) {
   xcclResult_t r = xcclGroupStart();

@@ -50,6 +50,21 @@ const at::Tensor& single(const char* op, const std::vector<at::Tensor>& ts,
 void checkRank(const char* op, int64_t r, int size, const char* what);
 void checkList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref, int size,
                const char* what);
+// A list of one tensor per rank of ref's device and dtype, whose sizes may differ (the uneven
+// all_gather and reduce_scatter); the tensor at `rank` must have ref's numel. True when the
+// sizes differ.
+bool checkUnevenList(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& ref,
+                     int size, int rank, const char* what);
+// Element counts and prefix-sum displacements of a list, for the v-collectives.
+inline void countsAndDispls(const std::vector<at::Tensor>& list, std::vector<size_t>* counts,
+                            std::vector<size_t>* displs, size_t* total) {
+  *total = 0;
+  for (const auto& t : list) {
+    counts->push_back(static_cast<size_t>(t.numel()));
+    displs->push_back(*total);
+    *total += static_cast<size_t>(t.numel());
+  }
+}
 
 // ---- staging
 // A contiguous buffer for `t`: t itself, or a contiguous copy (copy back in the post step).

@@ -239,6 +239,28 @@ def matrix(rank: int, world: int, device: str = "cpu") -> dict:
 
     c.run("all_gather_coalesced", ag_coalesced)
 
+    # ---- all_gather / reduce_scatter lists whose tensors differ in size (rank 1's is empty):
+    # xcclAllGatherv / xcclReduceScatterv
+    sizes = [0 if r == 1 else 3 + 4 * r for r in range(world)]
+    for dtype in [torch.float32, torch.int64, torch.bfloat16]:
+        def uneven_ag(dtype=dtype):
+            outs = [torch.zeros(n, dtype=dtype) for n in sizes]
+            dist.all_gather(outs, inp(rank, dtype, sizes[rank]))
+            for r in range(world):
+                c.eq(f"all_gather.uneven[{dtype}][{r}]", outs[r], inp(r, dtype, sizes[r]))
+
+        c.run(f"all_gather.uneven[{dtype}]", uneven_ag)
+        for op in ops_for(dtype):
+            def uneven_rs(dtype=dtype, op=op):
+                ins = [inp(rank, dtype, sizes[d], salt=d) for d in range(world)]
+                out = torch.zeros(sizes[rank], dtype=dtype)
+                dist.reduce_scatter(out, ins, op=op_obj(op, factor))
+                want = reduce_ref(op, [inp(r, dtype, sizes[rank], salt=rank)
+                                       for r in range(world)], dtype, factor)
+                c.eq(f"reduce_scatter.uneven[{dtype},{op}]", out, want)
+
+            c.run(f"reduce_scatter.uneven[{dtype},{op}]", uneven_rs)
+
     # ---- reduce_scatter (list) and reduce_scatter_tensor, dtype x op
     for dtype in [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
                   torch.int8, torch.bool]:

@@ -13,6 +13,11 @@
 //
 // "direct" (small messages): one step, I send my block to every rank and receive every
 // rank's block straight into its place in recvbuf.
+//
+// AllGatherv, "pairwise": as direct, with blocks of each rank's own size (recvcounts[i]
+// elements at rdispls[i]); this rank's block is sendbuf (count elements). In-place means
+// sendbuf == recvbuf + rdispls[rank] elements. Zero-sized blocks still travel (as empty
+// messages), so ranks that disagree on a size fail instead of hanging.
 #include "schedule.h"
 
 namespace xccl {
@@ -57,12 +62,28 @@ void directRun(Exchange& ex, const CollArgs& args) {
 
 bool always(const CollArgs&, const Exchange&) { return true; }
 
+void pairwiseVRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const size_t es = dtypeSize(args.dtype);
+  char* mine = at(args.recvbuf, args.rdispls[me] * es);
+  if (mine != args.sendbuf) {
+    ex.device().copy(mine, args.sendbuf, args.count * es, CopyKind::kDeviceToDevice);
+  }
+  for (int s = 1; s < n; ++s) {
+    const int to = (me + s) % n, from = (me - s + n) % n;
+    ex.send(to, args.sendbuf, args.count * es);
+    ex.recv(from, at(args.recvbuf, args.rdispls[from] * es), args.recvcounts[from] * es);
+  }
+  ex.wait();
+}
+
 }  // namespace
 
 std::vector<Algorithm> allgatherAlgorithms() {
   // Both receive from prev (ring: n-1 blocks; direct: every rank's block) when count > 0.
   return {{"ring", CollType::kAllGather, always, ringRun, /*hearsRingPrev=*/true},
-          {"direct", CollType::kAllGather, always, directRun, /*hearsRingPrev=*/true}};
+          {"direct", CollType::kAllGather, always, directRun, /*hearsRingPrev=*/true},
+          {"pairwise", CollType::kAllGatherv, always, pairwiseVRun}};
 }
 
 }  // namespace algo

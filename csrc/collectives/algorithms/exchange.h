@@ -64,13 +64,22 @@ enum class CollType : uint16_t {
   kRecv,
   kRecvAny,
   kBarrier,
+  kAllGatherv,      // recvcounts/rdispls: rank i's block; count: this rank's sendcount
+  kReduceScatterv,  // recvcounts/sdispls: block p of sendbuf goes to rank p, reduced
 };
+constexpr CollType kLastCollType = CollType::kReduceScatterv;
+// Collectives whose ranks move different amounts (counts in CollArgs' vectors): their
+// signature carries no count, and a rank with nothing to move still takes part.
+inline bool isVector(CollType t) {
+  return t == CollType::kAllToAllv || t == CollType::kAllGatherv || t == CollType::kReduceScatterv;
+}
 const char* collName(CollType type);
 inline bool isPointToPoint(CollType t) {
   return t == CollType::kSend || t == CollType::kRecv || t == CollType::kRecvAny;
 }
 inline bool isReduction(CollType t) {
-  return t == CollType::kAllReduce || t == CollType::kReduce || t == CollType::kReduceScatter;
+  return t == CollType::kAllReduce || t == CollType::kReduce || t == CollType::kReduceScatter ||
+         t == CollType::kReduceScatterv;
 }
 inline bool hasRoot(CollType t) {
   return t == CollType::kBroadcast || t == CollType::kReduce || t == CollType::kGather ||

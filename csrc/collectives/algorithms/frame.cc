@@ -49,7 +49,7 @@ OpSignature signatureOf(const CollArgs& args) {
   if (args.type != CollType::kBarrier) sig.dtype = static_cast<int>(args.dtype);
   if (isReduction(args.type)) sig.op = static_cast<int>(args.op);
   if (hasRoot(args.type)) sig.root = args.root;
-  if (args.type != CollType::kAllToAllv && args.type != CollType::kBarrier) sig.count = args.count;
+  if (!isVector(args.type) && args.type != CollType::kBarrier) sig.count = args.count;
   return sig;
 }
 
@@ -59,7 +59,7 @@ std::string describeCall(const OpSignature& sig) {
   const bool knownType = sig.dtype >= 0 && sig.dtype < xcclNumTypes;
   s += knownType ? xcclTypeName(static_cast<xcclDataType_t>(sig.dtype))
                  : strCat("dtype ", sig.dtype);
-  if (sig.type != CollType::kAllToAllv) s += strCat(", ", sig.count);
+  if (!isVector(sig.type)) s += strCat(", ", sig.count);
   if (sig.op >= 0 && sig.op < xcclNumOps)
     s += strCat(", ", xcclOpName(static_cast<xcclRedOp_t>(sig.op)));
   if (sig.op >= xcclNumOps) s += strCat(", op ", sig.op);
@@ -95,6 +95,10 @@ const char* collName(CollType type) {
       return "recvany";
     case CollType::kBarrier:
       return "barrier";
+    case CollType::kAllGatherv:
+      return "allgatherv";
+    case CollType::kReduceScatterv:
+      return "reducescatterv";
   }
   return "unknown";
 }

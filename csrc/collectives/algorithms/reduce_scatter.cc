@@ -22,6 +22,12 @@
 //
 // "direct" (small messages): one step, I send block j of sendbuf to rank j and receive
 // block "me" from every rank into a temporary, then fold them in rank order into recvbuf.
+//
+// ReduceScatterv, "pairwise": block p of sendbuf is recvcounts[p] elements at sdispls[p].
+// My block is copied into recvbuf, then step s = 1..n-1 sends block (me+s) to its rank and
+// reduces rank (me-s)'s copy of my block into recvbuf, one step at a time (each step's
+// reduction reads what the step before wrote). In-place means recvbuf == sendbuf +
+// sdispls[rank] elements: my block of sendbuf is the only one written, and it is never sent.
 #include "schedule.h"
 
 namespace xccl {
@@ -62,6 +68,21 @@ void directRun(Exchange& ex, const CollArgs& args) {
   in.fold(args.recvbuf, args.count, args.dtype, args.op);
 }
 
+void pairwiseVRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const size_t es = dtypeSize(args.dtype);
+  const char* mine = at(args.sendbuf, args.sdispls[me] * es);
+  if (mine != args.recvbuf) {
+    ex.device().copy(args.recvbuf, mine, args.recvcounts[me] * es, CopyKind::kDeviceToDevice);
+  }
+  for (int s = 1; s < n; ++s) {
+    const int to = (me + s) % n, from = (me - s + n) % n;
+    ex.send(to, at(args.sendbuf, args.sdispls[to] * es), args.recvcounts[to] * es);
+    ex.recvReduce(from, args.recvbuf, args.recvbuf, args.recvcounts[me], args.dtype, args.op);
+    ex.wait();
+  }
+}
+
 bool ringSupports(const CollArgs&, const Exchange&) { return true; }
 
 // Declines when the temporary (one block per rank) would be too large.
@@ -73,7 +94,8 @@ bool directSupports(const CollArgs& args, const Exchange& ex) {
 
 std::vector<Algorithm> reduceScatterAlgorithms() {
   return {{"ring", CollType::kReduceScatter, ringSupports, ringRun},
-          {"direct", CollType::kReduceScatter, directSupports, directRun}};
+          {"direct", CollType::kReduceScatter, directSupports, directRun},
+          {"pairwise", CollType::kReduceScatterv, ringSupports, pairwiseVRun}};
 }
 
 }  // namespace algo

@@ -26,7 +26,7 @@ const CollType kAllTypes[] = {CollType::kAllReduce, CollType::kBroadcast,     Co
                               CollType::kAllGather, CollType::kReduceScatter, CollType::kAllToAll,
                               CollType::kAllToAllv, CollType::kGather,        CollType::kScatter,
                               CollType::kSend,      CollType::kRecv,          CollType::kRecvAny,
-                              CollType::kBarrier};
+                              CollType::kBarrier,   CollType::kAllGatherv,    CollType::kReduceScatterv};
 
 }  // namespace
 
@@ -52,7 +52,7 @@ const Algorithm* findAlgorithm(CollType type, const std::string& name) {
 }
 
 std::vector<std::string> parseForced(const std::string& spec) {
-  std::vector<std::string> forced(static_cast<size_t>(CollType::kBarrier) + 1);
+  std::vector<std::string> forced(static_cast<size_t>(kLastCollType) + 1);
   if (spec.empty()) return forced;
   std::string global;
   size_t pos = 0;

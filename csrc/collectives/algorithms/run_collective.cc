@@ -4,6 +4,7 @@
 //   3. PremulSum -> scale sendbuf by the scalar into a temporary, then Sum;
 //      Avg -> Sum, then divide the elements this rank owns as output by nranks;
 //   4. selectAlgorithm(args) (select.cc) and run it.
+#include <algorithm>
 #include <memory>
 
 #include "algorithm.h"
@@ -29,6 +30,19 @@ void runLocal(Exchange& ex, const CollArgs& args) {
                   at(args.sendbuf, args.sdispls[0] * elemSize), args.sendcounts[0] * elemSize,
                   CopyKind::kDeviceToDevice);
       return;
+    case CollType::kAllGatherv:
+      device.copy(at(args.recvbuf, args.rdispls[0] * elemSize), args.sendbuf,
+                  args.count * elemSize, CopyKind::kDeviceToDevice);
+      return;
+    case CollType::kReduceScatterv:
+      if (args.op == xcclPremulSum) {
+        device.scale(args.recvbuf, at(args.sendbuf, args.sdispls[0] * elemSize),
+                     args.recvcounts[0], args.dtype, args.scalar);
+      } else {
+        device.copy(args.recvbuf, at(args.sendbuf, args.sdispls[0] * elemSize),
+                    args.recvcounts[0] * elemSize, CopyKind::kDeviceToDevice);
+      }
+      return;
     default:
       break;
   }
@@ -45,6 +59,7 @@ void runLocal(Exchange& ex, const CollArgs& args) {
 // Elements this rank owns as output of a reduction (Avg divides them by nranks).
 size_t ownedOutput(const CollArgs& args, int rank) {
   if (args.type == CollType::kReduce && rank != args.root) return 0;
+  if (args.type == CollType::kReduceScatterv) return args.recvcounts[rank];
   return args.count;
 }
 
@@ -52,8 +67,8 @@ size_t ownedOutput(const CollArgs& args, int rank) {
 
 void runCollective(Exchange& ex, const CollArgs& args) {
   validateCollArgs(args, ex.rank(), ex.nranks());
-  const bool handshake = isPointToPoint(args.type) || args.type == CollType::kBarrier ||
-                         args.type == CollType::kAllToAllv;
+  const bool handshake =
+      isPointToPoint(args.type) || args.type == CollType::kBarrier || isVector(args.type);
   // Every rank compares its call with its ring predecessor's, even when it has nothing to
   // move, so ranks that disagree fail instead of returning (Exchange::postCheck); schedules
   // that receive from the predecessor anyway compare in their own frames.
@@ -70,8 +85,15 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   const bool reduction = isReduction(args.type);
   std::unique_ptr<algo::DeviceBuffer> scaled;
   if (reduction && args.op == xcclPremulSum) {
-    // Scale my whole input (reducescatter: all nranks blocks) and sum the scaled copies.
+    // Scale my whole input (reducescatter: all nranks blocks; reducescatterv: up to the end
+    // of its last block) and sum the scaled copies.
     size_t inputCount = args.count * (args.type == CollType::kReduceScatter ? ex.nranks() : 1);
+    if (args.type == CollType::kReduceScatterv) {
+      inputCount = 0;
+      for (int j = 0; j < ex.nranks(); ++j) {
+        inputCount = std::max(inputCount, args.sdispls[j] + args.recvcounts[j]);
+      }
+    }
     scaled = std::make_unique<algo::DeviceBuffer>(ex, inputCount * dtypeSize(args.dtype));
     ex.device().scale(scaled->get(), args.sendbuf, inputCount, args.dtype, args.scalar);
     run.sendbuf = scaled->get();

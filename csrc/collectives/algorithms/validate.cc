@@ -32,6 +32,34 @@ void validateCollArgs(const CollArgs& args, int rank, int n) {
   const size_t elemSize = dtypeSize(args.dtype);
   XCCL_CHECK_ARG(args.count <= SIZE_MAX / elemSize / static_cast<size_t>(n), coll, ": count ",
                  args.count, " overflows the buffer size");
+  if (args.type == CollType::kAllGatherv || args.type == CollType::kReduceScatterv) {
+    const bool gather = args.type == CollType::kAllGatherv;
+    const std::vector<size_t>& displs = gather ? args.rdispls : args.sdispls;
+    const size_t nn = static_cast<size_t>(n);
+    XCCL_CHECK_ARG(args.recvcounts.size() == nn && displs.size() == nn, coll,
+                   ": recvcounts and displs need ", n, " entries each, got ",
+                   args.recvcounts.size(), " and ", displs.size());
+    size_t total = 0;
+    for (int j = 0; j < n; ++j) {
+      XCCL_CHECK_ARG(args.recvcounts[j] <= SIZE_MAX / elemSize &&
+                         displs[j] <= SIZE_MAX / elemSize - args.recvcounts[j],
+                     coll, ": block ", j, " (", args.recvcounts[j], " elements at ", displs[j],
+                     ") overflows the buffer size");
+      total += args.recvcounts[j];
+    }
+    if (gather) {
+      XCCL_CHECK_ARG(args.count == args.recvcounts[rank], coll, ": rank ", rank, " sends ",
+                     args.count, " elements but recvcounts[", rank, "] is ",
+                     args.recvcounts[rank]);
+      XCCL_CHECK_ARG(args.count == 0 || args.sendbuf != nullptr, coll, ": sendbuff is NULL");
+      XCCL_CHECK_ARG(total == 0 || args.recvbuf != nullptr, coll, ": recvbuff is NULL");
+    } else {
+      XCCL_CHECK_ARG(total == 0 || args.sendbuf != nullptr, coll, ": sendbuff is NULL");
+      XCCL_CHECK_ARG(args.recvcounts[rank] == 0 || args.recvbuf != nullptr, coll,
+                     ": recvbuff is NULL");
+    }
+    return;
+  }
   if (args.type == CollType::kAllToAllv) {
     const size_t nn = static_cast<size_t>(n);
     XCCL_CHECK_ARG(args.sendcounts.size() == nn && args.sdispls.size() == nn &&

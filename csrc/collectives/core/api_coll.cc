@@ -114,6 +114,33 @@ xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts, const
   });
 }
 
+xcclResult_t xcclAllGatherv(const void* sendbuff, size_t sendcount, void* recvbuff,
+                            const size_t* recvcounts, const size_t* displs,
+                            xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream) {
+  return entry("xcclAllGatherv", comm, stream, [&](const Comm& c) {
+    XCCL_CHECK_ARG(recvcounts && displs, "recvcounts and displs must be non-NULL");
+    CollArgs a = call(CollType::kAllGatherv, sendbuff, recvbuff, sendcount, datatype);
+    a.recvcounts.assign(recvcounts, recvcounts + c.nranks());
+    a.rdispls.assign(displs, displs + c.nranks());
+    return a;
+  });
+}
+
+xcclResult_t xcclReduceScatterv(const void* sendbuff, void* recvbuff, const size_t* recvcounts,
+                                const size_t* displs, xcclDataType_t datatype, xcclRedOp_t op,
+                                xcclComm_t comm, xcclStream_t stream) {
+  return entry("xcclReduceScatterv", comm, stream, [&](const Comm& c) {
+    XCCL_CHECK_ARG(recvcounts && displs, "recvcounts and displs must be non-NULL");
+    XCCL_CHECK_ARG(op != xcclPremulSum,
+                   "premulsum needs a scalar, which this entry does not take (scale the input "
+                   "first)");
+    CollArgs a = call(CollType::kReduceScatterv, sendbuff, recvbuff, 0, datatype, op);
+    a.recvcounts.assign(recvcounts, recvcounts + c.nranks());
+    a.sdispls.assign(displs, displs + c.nranks());
+    return a;
+  });
+}
+
 xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count, xcclDataType_t datatype,
                         int root, xcclComm_t comm, xcclStream_t stream) {
   return entry("xcclGather", comm, stream, [&](const Comm&) {

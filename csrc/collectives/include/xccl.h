@@ -368,6 +368,20 @@ XCCL_API xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcoun
                                     const size_t* sdispls, void* recvbuff, const size_t* recvcounts,
                                     const size_t* rdispls, xcclDataType_t datatype, xcclComm_t comm,
                                     xcclStream_t stream);
+/* Uneven allgather: rank i's block (recvcounts[i] elements) lands at displs[i] elements into
+ * recvbuff; this rank sends sendcount elements, which must equal recvcounts[rank]. In place
+ * when sendbuff == recvbuff + displs[rank] elements. Blocks must not overlap. */
+XCCL_API xcclResult_t xcclAllGatherv(const void* sendbuff, size_t sendcount, void* recvbuff,
+                                     const size_t* recvcounts, const size_t* displs,
+                                     xcclDataType_t datatype, xcclComm_t comm,
+                                     xcclStream_t stream);
+/* Uneven reduce-scatter: block i of sendbuff (recvcounts[i] elements at displs[i]) is
+ * reduced over all ranks into rank i's recvbuff. In place when recvbuff == sendbuff +
+ * displs[rank] elements. Every op but PremulSum (Avg divides by nranks). */
+XCCL_API xcclResult_t xcclReduceScatterv(const void* sendbuff, void* recvbuff,
+                                         const size_t* recvcounts, const size_t* displs,
+                                         xcclDataType_t datatype, xcclRedOp_t op,
+                                         xcclComm_t comm, xcclStream_t stream);
 /* recvbuff (root only) holds nranks * count elements, rank-major. */
 XCCL_API xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count,
                                  xcclDataType_t datatype, int root, xcclComm_t comm,
