@@ -1,5 +1,5 @@
-// The 16-bit floating types, stored as bits; arithmetic goes through float32. Shared by the
-// xdev runtime's kernels and libxccl's devices, so it sits at the bottom, in common/.
+// The 16- and 8-bit floating types, stored as bits; arithmetic goes through float32. Shared
+// by the xdev runtime's kernels and libxccl's devices, so it sits at the bottom, in common/.
 #pragma once
 
 #include <cstdint>
@@ -104,6 +104,89 @@ inline BFloat16 fromFloat(float x, BFloat16*) {
     b.bits = static_cast<uint16_t>(u >> 16);
   }
   return b;
+}
+
+// The two 8-bit floating types torch and NCCL have (OCP FP8): e4m3fn (4 exponent bits, bias
+// 7, 3 mantissa bits, no infinity, S.1111.111 is NaN, largest 448) and e5m2 (5 exponent
+// bits, bias 15, 2 mantissa bits, IEEE-like: infinities and NaNs). From float they round to
+// nearest even exactly as torch 2.13's `.to()` does (measured): e4m3fn saturates (anything
+// past 448, infinity included, becomes +-448), e5m2 does not (past 57344, or from 61440 on
+// by the tie to even, it is infinity); NaN stays NaN. Reductions widen to float, operate,
+// and round once per step.
+struct Float8E4M3 {
+  uint8_t bits;
+};
+struct Float8E5M2 {
+  uint8_t bits;
+};
+
+namespace fp8 {
+// Nearest-even rounding of |x| (a float's bits without the sign) to a format with `man`
+// mantissa bits and exponent bias `bias`, as a code; the caller handles what lies past the
+// format (a code whose exponent field overflows is that format's NaN or infinity pattern).
+inline uint32_t roundBits(uint32_t absu, int man, int bias) {
+  const int e = static_cast<int>(absu >> 23) - 127;  // x = 1.m * 2^e when normal
+  if (e < 1 - bias) {  // subnormal in the target (or zero): units of 2^(1 - bias - man)
+    const float scaled = floatOf(absu) * floatOf(static_cast<uint32_t>(127 + bias - 1 + man) << 23);
+    const float r = __builtin_nearbyintf(scaled);  // round half to even (default mode)
+    return static_cast<uint32_t>(r);               // may reach the smallest normal's code
+  }
+  const int shift = 23 - man;
+  uint32_t q = (absu & 0x7fffffu) >> shift;
+  const uint32_t rem = absu & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  uint32_t ebits = static_cast<uint32_t>(e + bias);
+  if (q == (1u << man)) {  // rounded up into the next binade
+    q = 0;
+    ++ebits;
+  }
+  return (ebits << man) | q;
+}
+}  // namespace fp8
+
+inline float toFloat(Float8E4M3 v) {
+  const uint32_t sign = static_cast<uint32_t>(v.bits & 0x80u) << 24;
+  const uint32_t exp = (v.bits >> 3) & 0xfu, man = v.bits & 0x7u;
+  if (exp == 0xf && man == 0x7) return floatOf(sign | 0x7fc00000u);  // NaN
+  const float mag =
+      exp == 0 ? static_cast<float>(man) * 0x1p-9f : floatOf(((exp + 120) << 23) | (man << 20));
+  return sign ? -mag : mag;
+}
+inline Float8E4M3 fromFloat(float x, Float8E4M3*) {
+  const uint32_t u = bitsOf(x), absu = u & 0x7fffffffu;
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  Float8E4M3 r;
+  if (absu > 0x7f800000u) {  // NaN
+    r.bits = static_cast<uint8_t>(sign | 0x7fu);
+  } else if (absu >= 0x43f00000u) {  // infinity, or |x| >= 480: saturates to 448
+    r.bits = static_cast<uint8_t>(sign | 0x7eu);
+  } else {
+    const uint32_t code = fp8::roundBits(absu, 3, 7);
+    r.bits = static_cast<uint8_t>(sign | (code == 0x7fu ? 0x7eu : code));  // past 464: 448
+  }
+  return r;
+}
+
+inline float toFloat(Float8E5M2 v) {
+  const uint32_t sign = static_cast<uint32_t>(v.bits & 0x80u) << 24;
+  const uint32_t exp = (v.bits >> 2) & 0x1fu, man = v.bits & 0x3u;
+  if (exp == 0x1f) return floatOf(sign | 0x7f800000u | (man ? 0x400000u : 0u));  // inf / NaN
+  const float mag =
+      exp == 0 ? static_cast<float>(man) * 0x1p-16f : floatOf(((exp + 112) << 23) | (man << 21));
+  return sign ? -mag : mag;
+}
+inline Float8E5M2 fromFloat(float x, Float8E5M2*) {
+  const uint32_t u = bitsOf(x), absu = u & 0x7fffffffu;
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  Float8E5M2 r;
+  if (absu > 0x7f800000u) {  // NaN
+    r.bits = static_cast<uint8_t>(sign | 0x7fu);
+  } else if (absu >= 0x47800000u) {  // infinity, or |x| >= 65536: infinity
+    r.bits = static_cast<uint8_t>(sign | 0x7cu);
+  } else {
+    r.bits = static_cast<uint8_t>(sign | fp8::roundBits(absu, 2, 15));  // 0x7c past 61440: inf
+  }
+  return r;
 }
 
 }  // namespace xccl

@@ -112,9 +112,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgather(
 
 // all_gather with outputs of different sizes (rank i's tensor has outputs[i]'s numel):
 // xcclAllGatherv into one flat buffer, then each output copied out of its slice.
-c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgatherUneven(std::vector<at::Tensor>& outs,
-                                                                 const at::Tensor& in0,
-                                                                 const c10d::AllgatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allgatherUneven(
+    std::vector<at::Tensor>& outs, const at::Tensor& in0, const c10d::AllgatherOptions& opts) {
   const char* op = "allgather";
   at::Tensor in = contig(in0);
   std::vector<size_t> counts, displs;

@@ -85,15 +85,26 @@ xcclDataType_t toXcclType(const char* op, at::ScalarType t) {
       return xcclBfloat16;
     case at::kBool:
       return xcclBool;
+    case at::kFloat8_e4m3fn:
+      return xcclFloat8e4m3;
+    case at::kFloat8_e5m2:
+      return xcclFloat8e5m2;
+    case at::kUInt16:
+      return xcclUint16;
+    case at::kUInt32:
+      return xcclUint32;
+    case at::kUInt64:
+      return xcclUint64;
     default:
       TORCH_CHECK(false, "xccl ", op, ": unsupported dtype ", t,
-                  " (supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, "
-                  "bool)");
+                  " (supported: float32, float64, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+                  "int8, uint8, uint16, uint32, int32, uint64, int64, bool)");
   }
 }
 
 bool isFloating(at::ScalarType t) {
-  return t == at::kHalf || t == at::kFloat || t == at::kDouble || t == at::kBFloat16;
+  return t == at::kHalf || t == at::kFloat || t == at::kDouble || t == at::kBFloat16 ||
+         t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2;
 }
 
 xcclRedOp_t toXcclOp(const char* op, const c10d::ReduceOp& r, at::ScalarType t) {
@@ -190,8 +201,8 @@ bool checkUnevenList(const char* op, const std::vector<at::Tensor>& list, const 
     checkSame(op, ref, t);
     uneven = uneven || t.numel() != ref.numel();
   }
-  TORCH_CHECK(!uneven || list[rank].numel() == ref.numel(), "xccl ", op, ": tensor ", rank,
-              " of ", what, " (this rank's) must have as many elements as the one it pairs with (",
+  TORCH_CHECK(!uneven || list[rank].numel() == ref.numel(), "xccl ", op, ": tensor ", rank, " of ",
+              what, " (this rank's) must have as many elements as the one it pairs with (",
               ref.numel(), "), got ", list[rank].numel());
   return uneven;
 }

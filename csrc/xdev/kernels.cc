@@ -1,6 +1,7 @@
-// Element-wise kernels for every type: f32 f64 f16 bf16 i8 u8 i32 i64 bool x sum prod min
-// max, and band/bor/bxor for the integer types. The loops are written so the compiler
-// vectorises them; 16-bit floats are widened to float32 for each step and rounded once.
+// Element-wise kernels for every type: f32 f64 f16 bf16 fp8 (e4m3fn, e5m2) i8 u8 u16 i32 u32
+// i64 u64 bool x sum prod min max, and band/bor/bxor for the integer types. The loops are
+// written so the compiler vectorises them; 16- and 8-bit floats are widened to float32 for
+// each step and rounded once (common/half.h).
 #include "kernels.h"
 
 #include <cstring>
@@ -12,6 +13,8 @@
 namespace xdev {
 
 using xccl::BFloat16;
+using xccl::Float8E4M3;
+using xccl::Float8E5M2;
 using xccl::fromFloat;
 using xccl::Half;
 using xccl::toFloat;
@@ -61,8 +64,10 @@ struct OpBxor {
   }
 };
 
+// The floating types narrower than float32, computed in float32.
 template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> ||
+                         std::is_same_v<T, Float8E4M3> || std::is_same_v<T, Float8E5M2>;
 
 template <typename Op, typename T>
 void reduceLoop(T* dst, const T* a, const T* b, size_t n) {
@@ -158,7 +163,8 @@ void divideTyped(void* dst, size_t n, int64_t divisor) {
 }
 
 bool isFloat(int t) {
-  return t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 || t == xdevBfloat16;
+  return t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 || t == xdevBfloat16 ||
+         t == xdevFloat8e4m3 || t == xdevFloat8e5m2;
 }
 
 }  // namespace
@@ -168,15 +174,20 @@ size_t typeSize(int dtype) {
     case xdevInt8:
     case xdevUint8:
     case xdevBool:
+    case xdevFloat8e4m3:
+    case xdevFloat8e5m2:
       return 1;
     case xdevFloat16:
     case xdevBfloat16:
+    case xdevUint16:
       return 2;
     case xdevInt32:
     case xdevFloat32:
+    case xdevUint32:
       return 4;
     case xdevInt64:
     case xdevFloat64:
+    case xdevUint64:
       return 8;
     default:
       return 0;
@@ -241,6 +252,16 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDat
     case xdevBool:
       return reduceBool(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
                         static_cast<const uint8_t*>(b), count, op);
+    case xdevFloat8e4m3:
+      return reduceTyped<Float8E4M3>(dst, a, b, count, op);
+    case xdevFloat8e5m2:
+      return reduceTyped<Float8E5M2>(dst, a, b, count, op);
+    case xdevUint16:
+      return reduceTyped<uint16_t>(dst, a, b, count, op);
+    case xdevUint32:
+      return reduceTyped<uint32_t>(dst, a, b, count, op);
+    case xdevUint64:
+      return reduceTyped<uint64_t>(dst, a, b, count, op);
     default:
       return;
   }
@@ -265,6 +286,16 @@ void scaleKernel(void* dst, const void* src, size_t count, xdevDataType_t dtype,
       return scaleTyped<float>(dst, src, count, loadScalar<float>(scalar));
     case xdevFloat64:
       return scaleTyped<double>(dst, src, count, loadScalar<double>(scalar));
+    case xdevFloat8e4m3:
+      return scaleTyped<Float8E4M3>(dst, src, count, toFloat(loadScalar<Float8E4M3>(scalar)));
+    case xdevFloat8e5m2:
+      return scaleTyped<Float8E5M2>(dst, src, count, toFloat(loadScalar<Float8E5M2>(scalar)));
+    case xdevUint16:
+      return scaleTyped<uint16_t>(dst, src, count, loadScalar<uint16_t>(scalar));
+    case xdevUint32:
+      return scaleTyped<uint32_t>(dst, src, count, loadScalar<uint32_t>(scalar));
+    case xdevUint64:
+      return scaleTyped<uint64_t>(dst, src, count, loadScalar<uint64_t>(scalar));
     default:
       return;
   }
@@ -288,6 +319,16 @@ void divideKernel(void* dst, size_t count, xdevDataType_t dtype, int64_t divisor
       return divideTyped<float>(dst, count, divisor);
     case xdevFloat64:
       return divideTyped<double>(dst, count, divisor);
+    case xdevFloat8e4m3:
+      return divideTyped<Float8E4M3>(dst, count, divisor);
+    case xdevFloat8e5m2:
+      return divideTyped<Float8E5M2>(dst, count, divisor);
+    case xdevUint16:
+      return divideTyped<uint16_t>(dst, count, divisor);
+    case xdevUint32:
+      return divideTyped<uint32_t>(dst, count, divisor);
+    case xdevUint64:
+      return divideTyped<uint64_t>(dst, count, divisor);
     default:
       return;
   }

@@ -61,7 +61,8 @@ void checkAllGatherv(xcclComm_t comm, int rank, int n, size_t scale, bool inPlac
   std::vector<bool> inBlock(total, false);
   for (int r = 0; r < n; ++r) {
     for (size_t i = 0; i < counts[r]; ++i) {
-      ASSERT_EQ(out[displs[r] + i], valueOf(r, i)) << "rank " << rank << " block " << r << " i " << i;
+      ASSERT_EQ(out[displs[r] + i], valueOf(r, i))
+          << "rank " << rank << " block " << r << " i " << i;
       inBlock[displs[r] + i] = true;
     }
   }
@@ -182,8 +183,8 @@ TEST(VectorColl, BadArgumentsAreRefused) {
     EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("recvcounts[" + std::to_string(rank)),
               std::string::npos)
         << xcclGetLastError(nullptr);
-    EXPECT_EQ(xcclReduceScatterv(buf, buf, counts.data(), displs.data(), xcclFloat32,
-                                 xcclPremulSum, comm, nullptr),
+    EXPECT_EQ(xcclReduceScatterv(buf, buf, counts.data(), displs.data(), xcclFloat32, xcclPremulSum,
+                                 comm, nullptr),
               xcclInvalidArgument);
     std::vector<size_t> huge = {SIZE_MAX / 2, 1};
     EXPECT_EQ(xcclReduceScatterv(buf, buf, huge.data(), displs.data(), xcclFloat32, xcclSum, comm,

@@ -1,6 +1,7 @@
 // Element access by dtype for tests: store(buf, i, t, v) writes element i of a buffer of
 // type t from a double (integers wrap like a C cast through int64, bool is v != 0, the
-// 16-bit floats round to nearest even); load reads it back as a double.
+// 16- and 8-bit floats round to nearest even); load reads it back as a double (uint64 values
+// past 2^53 lose bits).
 #pragma once
 
 #include <cstddef>
@@ -43,6 +44,23 @@ inline void store(void* buf, size_t i, xcclDataType_t t, double v) {
       reinterpret_cast<xccl::BFloat16*>(p)[i] =
           xccl::fromFloat(static_cast<float>(v), static_cast<xccl::BFloat16*>(nullptr));
       break;
+    case xcclFloat8e4m3:
+      reinterpret_cast<xccl::Float8E4M3*>(p)[i] =
+          xccl::fromFloat(static_cast<float>(v), static_cast<xccl::Float8E4M3*>(nullptr));
+      break;
+    case xcclFloat8e5m2:
+      reinterpret_cast<xccl::Float8E5M2*>(p)[i] =
+          xccl::fromFloat(static_cast<float>(v), static_cast<xccl::Float8E5M2*>(nullptr));
+      break;
+    case xcclUint16:
+      reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(static_cast<int64_t>(v));
+      break;
+    case xcclUint32:
+      reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(static_cast<int64_t>(v));
+      break;
+    case xcclUint64:
+      reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(static_cast<int64_t>(v));
+      break;
     default:
       break;
   }
@@ -68,6 +86,16 @@ inline double load(const void* buf, size_t i, xcclDataType_t t) {
       return xccl::toFloat(reinterpret_cast<const xccl::Half*>(p)[i]);
     case xcclBfloat16:
       return xccl::toFloat(reinterpret_cast<const xccl::BFloat16*>(p)[i]);
+    case xcclFloat8e4m3:
+      return xccl::toFloat(reinterpret_cast<const xccl::Float8E4M3*>(p)[i]);
+    case xcclFloat8e5m2:
+      return xccl::toFloat(reinterpret_cast<const xccl::Float8E5M2*>(p)[i]);
+    case xcclUint16:
+      return reinterpret_cast<const uint16_t*>(p)[i];
+    case xcclUint32:
+      return reinterpret_cast<const uint32_t*>(p)[i];
+    case xcclUint64:
+      return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
     default:
       return NAN;
   }

@@ -25,7 +25,7 @@ double get(const void* p, size_t i, xdevDataType_t t) {
   return xccl_test::load(p, i, static_cast<xcclDataType_t>(t));
 }
 size_t sizeOf(xdevDataType_t t) {
-  static const size_t kBytes[xdevNumTypes] = {1, 1, 4, 8, 2, 4, 8, 2, 1};
+  static const size_t kBytes[xdevNumTypes] = {1, 1, 4, 8, 2, 4, 8, 2, 1, 1, 1, 2, 4, 8};
   return kBytes[t];
 }
 
@@ -65,15 +65,17 @@ struct DeviceBuffer {
 };
 
 TEST(XdevKernels, ReduceOnAStreamMatchesTheReference) {
-  const xdevDataType_t types[] = {xdevInt8,    xdevUint8,   xdevInt32,    xdevInt64, xdevFloat16,
-                                  xdevFloat32, xdevFloat64, xdevBfloat16, xdevBool};
+  // uint32 and uint64: their wrapped values overflow this double reference (below, exact).
+  const xdevDataType_t types[] = {xdevInt8,    xdevUint8,      xdevInt32,      xdevInt64,
+                                  xdevFloat16, xdevFloat32,    xdevFloat64,    xdevBfloat16,
+                                  xdevBool,    xdevFloat8e4m3, xdevFloat8e5m2, xdevUint16};
   const xdevRedOp_t ops[] = {xdevSum, xdevProd, xdevMax, xdevMin, xdevBand, xdevBor, xdevBxor};
   const size_t n = 1031;  // odd: no vector width divides it
   xdevStream_t s;
   XDEV_ASSERT_OK(xdevStreamCreate(&s));
   for (auto t : types) {
-    const bool isFloat =
-        t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 || t == xdevBfloat16;
+    const bool isFloat = t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 ||
+                         t == xdevBfloat16 || t == xdevFloat8e4m3 || t == xdevFloat8e5m2;
     const size_t bytes = n * sizeOf(t);
     DeviceBuffer a(bytes), b(bytes), d(bytes);
     std::vector<char> ha(bytes), hb(bytes), out(bytes);
@@ -188,6 +190,103 @@ TEST(XdevKernels, SynchronousFormsRunOnTheCaller) {
   XDEV_ASSERT_OK(xdevDivide(d, 3, xdevInt64, -2));
   EXPECT_EQ(d[0], 4);
   EXPECT_EQ(d[2], 3);
+}
+
+// uint32 and uint64 wrap modulo 2^bits in every op, checked in integers.
+TEST(XdevKernels, WideUnsignedTypesWrapExactly) {
+  const size_t n = 515;
+  std::vector<uint64_t> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 0xfffffffffffffff0ull - i * 0x9e3779b97f4a7c15ull;
+    b[i] = i * 0x9e3779b97f4a7c15ull + 77;
+  }
+  const xdevRedOp_t ops[] = {xdevSum, xdevProd, xdevMax, xdevMin, xdevBand, xdevBor, xdevBxor};
+  for (int wide = 0; wide < 2; ++wide) {
+    for (auto op : ops) {
+      std::vector<uint64_t> d64(n);
+      std::vector<uint32_t> a32(n), b32(n), d32(n);
+      for (size_t i = 0; i < n; ++i) {
+        a32[i] = static_cast<uint32_t>(a[i]);
+        b32[i] = static_cast<uint32_t>(b[i] >> 7);
+      }
+      if (wide) {
+        XDEV_ASSERT_OK(xdevReduce(d64.data(), a.data(), b.data(), n, xdevUint64, op));
+      } else {
+        XDEV_ASSERT_OK(xdevReduce(d32.data(), a32.data(), b32.data(), n, xdevUint32, op));
+      }
+      for (size_t i = 0; i < n; ++i) {
+        auto ref = [&](auto x, auto y) -> decltype(x) {
+          switch (op) {
+            case xdevSum:
+              return x + y;
+            case xdevProd:
+              return x * y;
+            case xdevMax:
+              return x < y ? y : x;
+            case xdevMin:
+              return y < x ? y : x;
+            case xdevBand:
+              return x & y;
+            case xdevBor:
+              return x | y;
+            default:
+              return x ^ y;
+          }
+        };
+        if (wide) {
+          ASSERT_EQ(d64[i], ref(a[i], b[i])) << "uint64 op " << op << " at " << i;
+        } else {
+          ASSERT_EQ(d32[i], static_cast<uint32_t>(ref(a32[i], b32[i]))) << "uint32 op " << op;
+        }
+      }
+    }
+  }
+}
+
+// FP8 from float as torch 2.13's .to() converts (measured): nearest even, e4m3fn saturates
+// at 448, e5m2 overflows to infinity; every code survives a round trip through float.
+TEST(XdevKernels, Float8ConversionsMatchTorchs) {
+  using xccl::Float8E4M3;
+  using xccl::Float8E5M2;
+  auto e4 = [](float x) { return xccl::fromFloat(x, static_cast<Float8E4M3*>(nullptr)).bits; };
+  auto e5 = [](float x) { return xccl::fromFloat(x, static_cast<Float8E5M2*>(nullptr)).bits; };
+  EXPECT_EQ(e4(1.0f), 0x38);
+  EXPECT_EQ(e4(-2.0f), 0xc0);
+  EXPECT_EQ(e4(448.0f), 0x7e);
+  EXPECT_EQ(e4(464.0f), 0x7e);  // the tie rounds to the even 448
+  EXPECT_EQ(e4(465.0f), 0x7e);  // past it: saturates (no infinity in e4m3fn)
+  EXPECT_EQ(e4(1e9f), 0x7e);
+  EXPECT_EQ(e4(-INFINITY), 0xfe);
+  EXPECT_EQ(e4(NAN), 0x7f);
+  EXPECT_EQ(e4(0x1p-9f), 0x01);   // the smallest subnormal
+  EXPECT_EQ(e4(0x1p-10f), 0x00);  // half of it: the tie rounds to even, zero
+  EXPECT_EQ(e4(0x1.8p-9f), 0x02);
+  EXPECT_EQ(e4(-0.0f), 0x80);
+  EXPECT_EQ(e4(0.0625f), 0x18);    // 2^-4: exponent field 3
+  EXPECT_EQ(e4(0x1.ep-7f), 0x08);  // rounds up out of the subnormals into 2^-6
+  EXPECT_EQ(e5(1.0f), 0x3c);
+  EXPECT_EQ(e5(57344.0f), 0x7b);
+  EXPECT_EQ(e5(61440.0f), 0x7c);  // the tie rounds to even: infinity
+  EXPECT_EQ(e5(60000.0f), 0x7b);
+  EXPECT_EQ(e5(1e9f), 0x7c);
+  EXPECT_EQ(e5(-INFINITY), 0xfc);
+  EXPECT_EQ(e5(NAN) & 0x7f, 0x7f);
+  EXPECT_EQ(e5(0x1p-16f), 0x01);
+  EXPECT_EQ(e5(0x1p-17f), 0x00);
+  for (int c = 0; c < 256; ++c) {
+    const float f4 = xccl::toFloat(Float8E4M3{static_cast<uint8_t>(c)});
+    const float f5 = xccl::toFloat(Float8E5M2{static_cast<uint8_t>(c)});
+    if ((c & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(f4)) << c;
+    } else {
+      EXPECT_EQ(e4(f4), c) << "e4m3 code " << c << " = " << f4;
+    }
+    if ((c & 0x7c) == 0x7c && (c & 3) != 0) {
+      EXPECT_TRUE(std::isnan(f5)) << c;
+    } else {
+      EXPECT_EQ(e5(f5), c) << "e5m2 code " << c << " = " << f5;
+    }
+  }
 }
 
 }  // namespace

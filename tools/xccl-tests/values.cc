@@ -1,6 +1,7 @@
 // Element types, deterministic inputs and host references (see values.h for the scheme).
 #include "values.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -17,7 +18,61 @@ const TypeInfo kTypes[] = {
     {xcclFloat64, "double", 8, Kind::kFloat, 0x1p-53},
     {xcclBfloat16, "bfloat16", 2, Kind::kFloat, 0x1p-8},
     {xcclBool, "bool", 1, Kind::kBool, 0},
+    {xcclFloat8e4m3, "float8e4m3", 1, Kind::kFloat, 0x1p-4},
+    {xcclFloat8e5m2, "float8e5m2", 1, Kind::kFloat, 0x1p-3},
+    {xcclUint16, "uint16", 2, Kind::kUnsigned, 0},
+    {xcclUint32, "uint32", 4, Kind::kUnsigned, 0},
+    {xcclUint64, "uint64", 8, Kind::kUnsigned, 0},
 };
+static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == xcclNumTypes, "one row per xccl type");
+
+// FP8, written independently of the library's bit tricks: decode each code, and encode by
+// searching the finite codes for the nearest (ties to the even code). e4m3fn saturates at
+// 448; e5m2 is infinity from 61440 (where the tie goes to the even, infinite, code).
+double fp8DecodeSlow(uint8_t c, bool e4m3) {
+  const int man = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, expMax = e4m3 ? 15 : 31;
+  const int e = (c & 0x7f) >> man, m = c & ((1 << man) - 1);
+  const double sign = (c & 0x80) ? -1.0 : 1.0;
+  if (e4m3 && (c & 0x7f) == 0x7f) return std::nan("");
+  if (!e4m3 && e == expMax) return m ? std::nan("") : sign * INFINITY;
+  if (e == 0) return sign * std::ldexp(m, 1 - bias - man);
+  return sign * std::ldexp(1.0 + std::ldexp(m, -man), e - bias);
+}
+
+// Every code's value, [e4m3, e5m2][code], made once.
+struct Fp8Tables {
+  double v[2][256];
+  Fp8Tables() {
+    for (int k = 0; k < 2; ++k) {
+      for (int c = 0; c < 256; ++c) v[k][c] = fp8DecodeSlow(static_cast<uint8_t>(c), k == 0);
+    }
+  }
+};
+const Fp8Tables kFp8;
+
+double fp8Decode(uint8_t c, bool e4m3) { return kFp8.v[e4m3 ? 0 : 1][c]; }
+
+uint8_t fp8Encode(double x, bool e4m3) {
+  if (std::isnan(x)) return 0x7f;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(x);
+  const int man = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  if (!e4m3 && a >= 61440.0) return sign | 0x7c;
+  if (e4m3 && a >= 448.0) return sign | 0x7e;
+  if (a == 0) return sign;
+  // a = q * 2^(e - man) with q rounded to an integer (nearest even, libm's rounding), e the
+  // binade of a but not below the smallest normal's (subnormals share its spacing).
+  int e = std::max(std::ilogb(a), 1 - bias);
+  double q = std::nearbyint(std::ldexp(a, man - e));
+  if (q == std::ldexp(1.0, man + 1)) {  // rounded up into the next binade
+    q = std::ldexp(1.0, man);
+    ++e;
+  }
+  const int qi = static_cast<int>(q);
+  int code = qi < (1 << man) ? qi : ((e + bias) << man) | (qi - (1 << man));
+  if (e4m3 && code > 0x7e) code = 0x7e;  // 464 < a < 480 rounds past 448: saturates
+  return sign | static_cast<uint8_t>(code);
+}
 
 const char* const kOpNames[] = {"sum",       "prod", "max", "min", "avg",
                                 "premulsum", "band", "bor", "bxor"};
@@ -39,12 +94,31 @@ bool parseType(const std::string& s, xcclDataType_t* t) {
   static const struct {
     const char* name;
     xcclDataType_t t;
-  } kAliases[] = {{"float", xcclFloat32},     {"float32", xcclFloat32}, {"fp32", xcclFloat32},
-                  {"double", xcclFloat64},    {"float64", xcclFloat64}, {"fp64", xcclFloat64},
-                  {"half", xcclFloat16},      {"float16", xcclFloat16}, {"fp16", xcclFloat16},
-                  {"bfloat16", xcclBfloat16}, {"bf16", xcclBfloat16},   {"int8", xcclInt8},
-                  {"char", xcclInt8},         {"uint8", xcclUint8},     {"int32", xcclInt32},
-                  {"int", xcclInt32},         {"int64", xcclInt64},     {"bool", xcclBool}};
+  } kAliases[] = {{"float", xcclFloat32},
+                  {"float32", xcclFloat32},
+                  {"fp32", xcclFloat32},
+                  {"double", xcclFloat64},
+                  {"float64", xcclFloat64},
+                  {"fp64", xcclFloat64},
+                  {"half", xcclFloat16},
+                  {"float16", xcclFloat16},
+                  {"fp16", xcclFloat16},
+                  {"bfloat16", xcclBfloat16},
+                  {"bf16", xcclBfloat16},
+                  {"int8", xcclInt8},
+                  {"char", xcclInt8},
+                  {"uint8", xcclUint8},
+                  {"int32", xcclInt32},
+                  {"int", xcclInt32},
+                  {"int64", xcclInt64},
+                  {"bool", xcclBool},
+                  {"float8e4m3", xcclFloat8e4m3},
+                  {"fp8e4m3", xcclFloat8e4m3},
+                  {"float8e5m2", xcclFloat8e5m2},
+                  {"fp8e5m2", xcclFloat8e5m2},
+                  {"uint16", xcclUint16},
+                  {"uint32", xcclUint32},
+                  {"uint64", xcclUint64}};
   for (const auto& a : kAliases) {
     if (s == a.name) {
       *t = a.t;
@@ -182,6 +256,29 @@ Value load(const void* buf, xcclDataType_t t, size_t idx) {
       std::memcpy(&v.f, p, 8);
       break;
     }
+    case xcclFloat8e4m3:
+    case xcclFloat8e5m2: {
+      uint8_t x;
+      std::memcpy(&x, p, 1);
+      v.f = fp8Decode(x, t == xcclFloat8e4m3);
+      break;
+    }
+    case xcclUint16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      v.i = x;
+      break;
+    }
+    case xcclUint32: {
+      uint32_t x;
+      std::memcpy(&x, p, 4);
+      v.i = x;
+      break;
+    }
+    case xcclUint64: {
+      std::memcpy(&v.i, p, 8);
+      break;
+    }
     default:
       break;
   }
@@ -229,6 +326,26 @@ void store(void* buf, xcclDataType_t t, size_t idx, Value v) {
     }
     case xcclFloat64: {
       std::memcpy(p, &v.f, 8);
+      break;
+    }
+    case xcclFloat8e4m3:
+    case xcclFloat8e5m2: {
+      uint8_t x = fp8Encode(v.f, t == xcclFloat8e4m3);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case xcclUint16: {
+      auto x = static_cast<uint16_t>(u);
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case xcclUint32: {
+      auto x = static_cast<uint32_t>(u);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case xcclUint64: {
+      std::memcpy(p, &u, 8);
       break;
     }
     default:
@@ -296,7 +413,11 @@ Value Generator::at(int rank, uint64_t idx) const {
   };
   switch (d_) {
     case Domain::kSum:
-      if (t_ == xcclFloat16)
+      if (t_ == xcclFloat8e4m3)
+        v.f = centered(5);  // |sum| <= 2n: exact to n = 8
+      else if (t_ == xcclFloat8e5m2)
+        v.f = centered(3);  // |sum| <= n: exact to n = 8
+      else if (t_ == xcclFloat16)
         v.f = centered(33);  // |sum| <= 16n: exact to n = 128
       else if (t_ == xcclBfloat16)
         v.f = centered(17);  // |sum| <= 8n: exact to n = 32
@@ -311,6 +432,8 @@ Value Generator::at(int rank, uint64_t idx) const {
         v.f = centered(1ULL << 40) / 256.0;
       else if (t_ == xcclFloat32)
         v.f = centered(2000001) / 4.0;
+      else if (t_ == xcclFloat8e4m3 || t_ == xcclFloat8e5m2)
+        v.f = centered(801) / 4.0;  // within both ranges, rounded below
       else
         v.f = centered(4001);  // half: exact; bfloat16: rounded below
       break;
@@ -383,11 +506,11 @@ Expected Reducer::at(uint64_t idx) const {
         case xcclProd:
           acc *= u;
           break;
-        case xcclMax:
-          mm = x.i > mm ? x.i : mm;
+        case xcclMax:  // unsigned types compare as unsigned (uint64 lives in i's bits)
+          mm = (ti.kind == Kind::kUnsigned ? u > static_cast<uint64_t>(mm) : x.i > mm) ? x.i : mm;
           break;
         case xcclMin:
-          mm = x.i < mm ? x.i : mm;
+          mm = (ti.kind == Kind::kUnsigned ? u < static_cast<uint64_t>(mm) : x.i < mm) ? x.i : mm;
           break;
         case xcclBand:
           acc &= u;
@@ -405,7 +528,12 @@ Expected Reducer::at(uint64_t idx) const {
     Value res;
     res.i = (op_ == xcclMax || op_ == xcclMin) ? mm : static_cast<int64_t>(acc);
     res = roundTo(t, res);
-    if (op_ == xcclAvg) res.i /= nranks_;
+    if (op_ == xcclAvg) {
+      res.i =
+          ti.kind == Kind::kUnsigned
+              ? static_cast<int64_t>(static_cast<uint64_t>(res.i) / static_cast<uint64_t>(nranks_))
+              : res.i / nranks_;
+    }
     e.v = res;
     return e;
   }

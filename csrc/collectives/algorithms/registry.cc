@@ -22,11 +22,11 @@ std::string normalize(const std::string& s) {
   return out;
 }
 
-const CollType kAllTypes[] = {CollType::kAllReduce, CollType::kBroadcast,     CollType::kReduce,
-                              CollType::kAllGather, CollType::kReduceScatter, CollType::kAllToAll,
-                              CollType::kAllToAllv, CollType::kGather,        CollType::kScatter,
-                              CollType::kSend,      CollType::kRecv,          CollType::kRecvAny,
-                              CollType::kBarrier,   CollType::kAllGatherv,    CollType::kReduceScatterv};
+const CollType kAllTypes[] = {
+    CollType::kAllReduce,     CollType::kBroadcast,  CollType::kReduce,        CollType::kAllGather,
+    CollType::kReduceScatter, CollType::kAllToAll,   CollType::kAllToAllv,     CollType::kGather,
+    CollType::kScatter,       CollType::kSend,       CollType::kRecv,          CollType::kRecvAny,
+    CollType::kBarrier,       CollType::kAllGatherv, CollType::kReduceScatterv};
 
 }  // namespace
 

@@ -31,13 +31,13 @@ void runLocal(Exchange& ex, const CollArgs& args) {
                   CopyKind::kDeviceToDevice);
       return;
     case CollType::kAllGatherv:
-      device.copy(at(args.recvbuf, args.rdispls[0] * elemSize), args.sendbuf,
-                  args.count * elemSize, CopyKind::kDeviceToDevice);
+      device.copy(at(args.recvbuf, args.rdispls[0] * elemSize), args.sendbuf, args.count * elemSize,
+                  CopyKind::kDeviceToDevice);
       return;
     case CollType::kReduceScatterv:
       if (args.op == xcclPremulSum) {
-        device.scale(args.recvbuf, at(args.sendbuf, args.sdispls[0] * elemSize),
-                     args.recvcounts[0], args.dtype, args.scalar);
+        device.scale(args.recvbuf, at(args.sendbuf, args.sdispls[0] * elemSize), args.recvcounts[0],
+                     args.dtype, args.scalar);
       } else {
         device.copy(args.recvbuf, at(args.sendbuf, args.sdispls[0] * elemSize),
                     args.recvcounts[0] * elemSize, CopyKind::kDeviceToDevice);

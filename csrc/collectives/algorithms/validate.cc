@@ -49,8 +49,7 @@ void validateCollArgs(const CollArgs& args, int rank, int n) {
     }
     if (gather) {
       XCCL_CHECK_ARG(args.count == args.recvcounts[rank], coll, ": rank ", rank, " sends ",
-                     args.count, " elements but recvcounts[", rank, "] is ",
-                     args.recvcounts[rank]);
+                     args.count, " elements but recvcounts[", rank, "] is ", args.recvcounts[rank]);
       XCCL_CHECK_ARG(args.count == 0 || args.sendbuf != nullptr, coll, ": sendbuff is NULL");
       XCCL_CHECK_ARG(total == 0 || args.recvbuf != nullptr, coll, ": recvbuff is NULL");
     } else {

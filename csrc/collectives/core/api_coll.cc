@@ -115,8 +115,8 @@ xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcounts, const
 }
 
 xcclResult_t xcclAllGatherv(const void* sendbuff, size_t sendcount, void* recvbuff,
-                            const size_t* recvcounts, const size_t* displs,
-                            xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream) {
+                            const size_t* recvcounts, const size_t* displs, xcclDataType_t datatype,
+                            xcclComm_t comm, xcclStream_t stream) {
   return entry("xcclAllGatherv", comm, stream, [&](const Comm& c) {
     XCCL_CHECK_ARG(recvcounts && displs, "recvcounts and displs must be non-NULL");
     CollArgs a = call(CollType::kAllGatherv, sendbuff, recvbuff, sendcount, datatype);

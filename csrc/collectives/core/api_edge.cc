@@ -67,8 +67,10 @@ const char* xcclGetLastError(xcclComm_t comm) {
 size_t xcclTypeSize(xcclDataType_t t) { return dtypeSize(t); }
 
 const char* xcclTypeName(xcclDataType_t t) {
-  static const char* names[] = {"int8",    "uint8",   "int32",    "int64", "float16",
-                                "float32", "float64", "bfloat16", "bool"};
+  static const char* names[] = {"int8",       "uint8",   "int32",    "int64", "float16",
+                                "float32",    "float64", "bfloat16", "bool",  "float8e4m3",
+                                "float8e5m2", "uint16",  "uint32",   "uint64"};
+  static_assert(sizeof(names) / sizeof(names[0]) == xcclNumTypes, "a name per type");
   return (t >= 0 && t < xcclNumTypes) ? names[t] : "invalid-dtype";
 }
 

@@ -28,6 +28,8 @@ thread_local std::vector<GroupedOp> tlsGroupOps;
 void validateCall(const Comm& comm, const CollArgs& a) {
   validateCollArgs(a, comm.rank(), comm.nranks());
   const char* coll = collName(a.type);
+  XCCL_CHECK_ARG(comm.deviceSupports(a.dtype), coll, ": data type ", xcclTypeName(a.dtype),
+                 " is not supported on device ", comm.deviceName());
   XCCL_CHECK_ARG(!isReduction(a.type) || a.op != xcclPremulSum || a.type == CollType::kAllReduce,
                  coll, ": premulsum is only offered by allreduce");
   if (a.type == CollType::kAllToAll || a.type == CollType::kAllToAllv) {

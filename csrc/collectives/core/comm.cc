@@ -232,6 +232,10 @@ void Comm::abort() {
   workCv_.notify_all();
 }
 
+bool Comm::deviceSupports(xcclDataType_t dtype) const { return device_->supportsType(dtype); }
+
+const char* Comm::deviceName() const { return device_->name(); }
+
 std::string Comm::lastError() const {
   std::lock_guard<std::mutex> lock(mu_);
   return errorMsg_;

@@ -69,6 +69,8 @@ class Comm {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   Device& device() { return *device_; }
+  bool deviceSupports(xcclDataType_t dtype) const;  // Device::supportsType
+  const char* deviceName() const;
   int64_t timeoutMs() const { return timeoutMs_; }
   const CommTopology& topology() const { return topo_; }
   std::string describe() const;

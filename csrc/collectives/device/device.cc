@@ -11,15 +11,20 @@ size_t dtypeSize(xcclDataType_t dtype) {
     case xcclInt8:
     case xcclUint8:
     case xcclBool:
+    case xcclFloat8e4m3:
+    case xcclFloat8e5m2:
       return 1;
     case xcclFloat16:
     case xcclBfloat16:
+    case xcclUint16:
       return 2;
     case xcclInt32:
     case xcclFloat32:
+    case xcclUint32:
       return 4;
     case xcclInt64:
     case xcclFloat64:
+    case xcclUint64:
       return 8;
     default:
       return 0;

@@ -114,6 +114,8 @@ class Device {
   // The smallest message worth a peer read on this device (XCCL_PEER_READ_MIN=0, the default):
   // below it the rings' pipelined two copies are faster than one unpipelined read.
   virtual size_t peerReadMinBytes() const { return 64 << 10; }
+  // Whether this device's kernels take `dtype` (the validator refuses the others).
+  virtual bool supportsType(xcclDataType_t /*dtype*/) const { return true; }
   // xcclMemAlloc / xcclMemFree: memory of this device that the processes of this host can
   // map, so exportBuffer() succeeds for any range inside it. By default alloc() and free():
   // devices whose every allocation is shareable (xdev). The host device makes it a memfd.

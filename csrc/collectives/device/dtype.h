@@ -9,7 +9,8 @@
 namespace xccl {
 
 inline bool isFloatType(xcclDataType_t t) {
-  return t == xcclFloat16 || t == xcclFloat32 || t == xcclFloat64 || t == xcclBfloat16;
+  return t == xcclFloat16 || t == xcclFloat32 || t == xcclFloat64 || t == xcclBfloat16 ||
+         t == xcclFloat8e4m3 || t == xcclFloat8e5m2;
 }
 
 }  // namespace xccl

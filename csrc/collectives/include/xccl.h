@@ -55,7 +55,13 @@ typedef enum {
   xcclFloat64 = 6,
   xcclBfloat16 = 7,
   xcclBool = 8,
-  xcclNumTypes = 9,
+  xcclFloat8e4m3 = 9,  /* OCP FP8 e4m3fn (torch.float8_e4m3fn): each step computed in float and
+                          rounded once, as torch converts: saturating at +-448 */
+  xcclFloat8e5m2 = 10, /* OCP FP8 e5m2 (torch.float8_e5m2): overflow is infinity */
+  xcclUint16 = 11,
+  xcclUint32 = 12,
+  xcclUint64 = 13,
+  xcclNumTypes = 14,
   /* Not a type: widens the enum's range to int so that an out-of-range value a caller
    * passes is a checked xcclInvalidArgument, not undefined behaviour in C++ (as NCCL). */
   xcclMaxDataType = 0x7fffffff
@@ -373,15 +379,14 @@ XCCL_API xcclResult_t xcclAllToAllv(const void* sendbuff, const size_t* sendcoun
  * when sendbuff == recvbuff + displs[rank] elements. Blocks must not overlap. */
 XCCL_API xcclResult_t xcclAllGatherv(const void* sendbuff, size_t sendcount, void* recvbuff,
                                      const size_t* recvcounts, const size_t* displs,
-                                     xcclDataType_t datatype, xcclComm_t comm,
-                                     xcclStream_t stream);
+                                     xcclDataType_t datatype, xcclComm_t comm, xcclStream_t stream);
 /* Uneven reduce-scatter: block i of sendbuff (recvcounts[i] elements at displs[i]) is
  * reduced over all ranks into rank i's recvbuff. In place when recvbuff == sendbuff +
  * displs[rank] elements. Every op but PremulSum (Avg divides by nranks). */
 XCCL_API xcclResult_t xcclReduceScatterv(const void* sendbuff, void* recvbuff,
                                          const size_t* recvcounts, const size_t* displs,
-                                         xcclDataType_t datatype, xcclRedOp_t op,
-                                         xcclComm_t comm, xcclStream_t stream);
+                                         xcclDataType_t datatype, xcclRedOp_t op, xcclComm_t comm,
+                                         xcclStream_t stream);
 /* recvbuff (root only) holds nranks * count elements, rank-major. */
 XCCL_API xcclResult_t xcclGather(const void* sendbuff, void* recvbuff, size_t count,
                                  xcclDataType_t datatype, int root, xcclComm_t comm,

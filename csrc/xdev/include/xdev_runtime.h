@@ -95,7 +95,12 @@ typedef enum {
   xdevFloat64 = 6,
   xdevBfloat16 = 7,
   xdevBool = 8,
-  xdevNumTypes = 9
+  xdevFloat8e4m3 = 9,  /* OCP FP8 e4m3fn */
+  xdevFloat8e5m2 = 10, /* OCP FP8 e5m2 */
+  xdevUint16 = 11,
+  xdevUint32 = 12,
+  xdevUint64 = 13,
+  xdevNumTypes = 14
 } xdevDataType_t;
 
 typedef enum {

@@ -36,6 +36,11 @@ namespace xccl {
 class CudaDevice : public Device {
  public:
   explicit CudaDevice(int ordinal);  // throws InvalidUsage without a driver / that ordinal
+  // FP8: CUDA's own conversions saturate where torch's (and the host's) give NaN or
+  // infinity, so the CUDA kernels do not take them yet.
+  bool supportsType(xcclDataType_t dtype) const override {
+    return dtype != xcclFloat8e4m3 && dtype != xcclFloat8e5m2;
+  }
   ~CudaDevice() override;
   static int currentOrdinal();  // the calling thread's current CUDA device (throws like above)
   static int deviceCount();     // 0 when there is no usable driver or GPU (never throws)

@@ -109,6 +109,12 @@ __device__ void divideTyped(const ExecCommand& c, size_t first, size_t stride) {
       return fn<int32_t>(__VA_ARGS__);       \
     case xcclInt64:                          \
       return fn<int64_t>(__VA_ARGS__);       \
+    case xcclUint16:                         \
+      return fn<uint16_t>(__VA_ARGS__);      \
+    case xcclUint32:                         \
+      return fn<uint32_t>(__VA_ARGS__);      \
+    case xcclUint64:                         \
+      return fn<uint64_t>(__VA_ARGS__);      \
     case xcclFloat16:                        \
       return fn<__half>(__VA_ARGS__);        \
     case xcclBfloat16:                       \

@@ -76,6 +76,12 @@ cudaError_t withType(xcclDataType_t dtype, F&& f) {
       return f(Type<int32_t>{});
     case xcclInt64:
       return f(Type<int64_t>{});
+    case xcclUint16:
+      return f(Type<uint16_t>{});
+    case xcclUint32:
+      return f(Type<uint32_t>{});
+    case xcclUint64:
+      return f(Type<uint64_t>{});
     case xcclFloat16:
       return f(Type<__half>{});
     case xcclBfloat16:

@@ -17,7 +17,10 @@ static_assert(same(xdevInt8, xcclInt8) && same(xdevUint8, xcclUint8) &&
               same(xdevInt32, xcclInt32) && same(xdevInt64, xcclInt64) &&
               same(xdevFloat16, xcclFloat16) && same(xdevFloat32, xcclFloat32) &&
               same(xdevFloat64, xcclFloat64) && same(xdevBfloat16, xcclBfloat16) &&
-              same(xdevBool, xcclBool) && same(xdevNumTypes, xcclNumTypes));
+              same(xdevBool, xcclBool) && same(xdevFloat8e4m3, xcclFloat8e4m3) &&
+              same(xdevFloat8e5m2, xcclFloat8e5m2) && same(xdevUint16, xcclUint16) &&
+              same(xdevUint32, xcclUint32) && same(xdevUint64, xcclUint64) &&
+              same(xdevNumTypes, xcclNumTypes));
 static_assert(same(xdevSum, xcclSum) && same(xdevProd, xcclProd) && same(xdevMax, xcclMax) &&
               same(xdevMin, xcclMin) && same(xdevAvg, xcclAvg) &&
               same(xdevPremulSum, xcclPremulSum) && same(xdevBand, xcclBand) &&
