@@ -68,11 +68,7 @@ TEST(MemAlloc, HostProcessesReadEachOthersBuffersInPlace) {
   xccl_test::runProcesses(
       n,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.device = -1;
-        cfg.timeout_ms = 60000;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        xcclComm_t comm = xccl_test::initProcessComm(id, n, rank);
         const int before = memMappings();
         for (int round = 0; round < 2; ++round) {
           float *a = nullptr, *g = nullptr, *r = nullptr;

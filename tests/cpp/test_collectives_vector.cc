@@ -129,11 +129,7 @@ TEST(VectorColl, ProcessesWithLargeUnevenBlocks) {
   xccl_test::runProcesses(
       n,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.device = -1;
-        cfg.timeout_ms = 60000;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        xcclComm_t comm = xccl_test::initProcessComm(id, n, rank);
         checkAllGatherv(comm, rank, n, 300000, false);  // 1-3 MiB blocks
         checkReduceScatterv<float>(comm, rank, n, 250000, xcclFloat32, xcclSum, true);
         check(xcclCommDestroy(comm));

@@ -37,11 +37,7 @@ TEST(Windows, PutsAroundARingLandWholeBeforeTheirSignal) {
   xccl_test::runProcesses(
       n,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.device = -1;
-        cfg.timeout_ms = 60000;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+        xcclComm_t comm = xccl_test::initProcessComm(id, n, rank);
         const size_t bytes = block * rounds * sizeof(float);
         float* winMem = nullptr;
         check(xcclMemAlloc(reinterpret_cast<void**>(&winMem), bytes));
@@ -159,11 +155,7 @@ TEST(Windows, AWaitForAPeerThatExitedFailsNamingIt) {
   xccl_test::runProcesses(
       2,
       [&](int rank) {
-        xcclConfig_t cfg{};
-        cfg.device = -1;
-        cfg.timeout_ms = 60000;
-        xcclComm_t comm = nullptr;
-        check(xcclCommInitRankConfig(&comm, 2, id, rank, &cfg));
+        xcclComm_t comm = xccl_test::initProcessComm(id, 2, rank);
         void* mem = nullptr;
         check(xcclMemAlloc(&mem, 4096));
         xcclWindow_t win = nullptr;

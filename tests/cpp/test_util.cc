@@ -166,6 +166,15 @@ xcclComm_t initThreadComm(MemoryStore& store, int nranks, int rank, const char* 
   return comm;
 }
 
+xcclComm_t initProcessComm(const xcclUniqueId& id, int nranks, int rank, int64_t timeoutMs) {
+  xcclConfig_t cfg{};
+  cfg.timeout_ms = timeoutMs;
+  cfg.device = -1;
+  xcclComm_t comm = nullptr;
+  check(xcclCommInitRankConfig(&comm, nranks, id, rank, &cfg));
+  return comm;
+}
+
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
   const char* old = getenv(name);
   had_ = old != nullptr;

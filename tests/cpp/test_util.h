@@ -45,6 +45,8 @@ std::map<int, int> runProcesses(int nranks, const std::function<void(int rank)>&
 // Usage inside runThreads: xcclComm_t comm = initThreadComm(store, nranks, rank);
 xcclComm_t initThreadComm(MemoryStore& store, int nranks, int rank, const char* prefix = "t/",
                           int64_t timeoutMs = 60000);
+// Inside runProcesses: a host communicator through the unique id made before the fork.
+xcclComm_t initProcessComm(const xcclUniqueId& id, int nranks, int rank, int64_t timeoutMs = 60000);
 
 // Throws std::runtime_error with xcclGetLastError text when r != xcclSuccess.
 void check(xcclResult_t r, xcclComm_t comm = nullptr);
