@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <utility>
 
@@ -96,18 +97,37 @@ Window* Windows::registerWindow(void* buff, size_t bytes) {
   win->peerBase.assign(n, nullptr);
   if (peerPads_.empty()) peerPads_.assign(n, nullptr);
   const std::vector<PeerInfo>& peers = comm_.peers();
-  for (int p = 0; p < n; ++p) {
-    if (p == me) {
-      win->peerBase[p] = win->base;
-      peerPads_[p] = pad_;
-      continue;
+  std::exception_ptr failed;
+  try {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) {
+        win->peerBase[p] = win->base;
+        peerPads_[p] = pad_;
+        continue;
+      }
+      if (peers[p].hostId != peers[me].hostId) continue;  // another host: no mapping
+      win->peerBase[p] = const_cast<char*>(
+          static_cast<const char*>(dev.importBuffer(all[p].window, peers[p].pid, bytes)));
+      if (peerPads_[p] == nullptr) {
+        peerPads_[p] = reinterpret_cast<uint64_t*>(const_cast<void*>(
+            dev.importBuffer(all[p].pad, peers[p].pid, sizeof(uint64_t) * kWindowSignals * n)));
+      }
     }
-    if (peers[p].hostId != peers[me].hostId) continue;  // another host: no mapping
-    win->peerBase[p] = const_cast<char*>(
-        static_cast<const char*>(dev.importBuffer(all[p].window, peers[p].pid, bytes)));
-    if (peerPads_[p] == nullptr) {
-      peerPads_[p] = reinterpret_cast<uint64_t*>(const_cast<void*>(
-          dev.importBuffer(all[p].pad, peers[p].pid, sizeof(uint64_t) * kWindowSignals * n)));
+  } catch (const Error&) {
+    failed = std::current_exception();
+  }
+  // No rank returns before every rank has mapped what it needs (or said it could not): an
+  // owner may then free its window or exit once registration returned, and a failure
+  // anywhere fails the registration everywhere. Every rank takes part, failed or not.
+  uint8_t mapped = failed ? 0 : 1;
+  std::vector<uint8_t> everyone(n);
+  exchange(&mapped, 1, everyone.data());
+  if (failed) std::rethrow_exception(failed);
+  for (int p = 0; p < n; ++p) {
+    if (!everyone[p]) {
+      throw RemoteError(strCat("rank ", me, ": rank ", p,
+                               " could not map the windows of its host's ranks (its own error "
+                               "says why); the window is not registered"));
     }
   }
   windows_.push_back(std::move(win));
