@@ -157,34 +157,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::reduce_scatter(
   CopyBack cb;
   cb.add(out0, out);
   auto dt = toXcclType(op, out.scalar_type());
-  if (uneven) {  // inputs of different sizes: block i (input i's numel) goes to rank i
-    std::vector<size_t> counts, displs;
-    size_t total = 0;
-    countsAndDispls(inputs[0], &counts, &displs, &total);
-    return launch({.name = op,
-                   .type = c10d::OpType::REDUCE_SCATTER,
-                   .inputs = inputs[0],
-                   .timeout = opts.timeout,
-                   .outputs = {out0},
-                   .keepAlive = {send, out},
-                   .post = cb.fn(),
-                   .enqueue =
-                       [&](const Target& tg) {
-                         return xcclReduceScatterv(send.data_ptr(), out.data_ptr(), counts.data(),
-                                                   displs.data(), dt, xop, tg.comm, tg.stream);
-                       },
-                   .extra = blockingCall(opts)});
-  }
-  return launch(
-      {.name = op,
-       .type = c10d::OpType::REDUCE_SCATTER,
-       .inputs = inputs[0],
-       .timeout = opts.timeout,
-       .outputs = {out0},
-       .keepAlive = {send, out},
-       .post = cb.fn(),
-       .enqueue = [&](const Target& tg) { return enqueueReduceScatter(send, out, dt, xop, tg); },
-       .extra = blockingCall(opts)});
+  // Inputs of different sizes: block i (input i's numel) goes to rank i.
+  std::vector<size_t> counts, displs;
+  size_t total = 0;
+  if (uneven) countsAndDispls(inputs[0], &counts, &displs, &total);
+  return launch({.name = op,
+                 .type = c10d::OpType::REDUCE_SCATTER,
+                 .inputs = inputs[0],
+                 .timeout = opts.timeout,
+                 .outputs = {out0},
+                 .keepAlive = {send, out},
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&](const Target& tg) {
+                       if (!uneven) return enqueueReduceScatter(send, out, dt, xop, tg);
+                       return xcclReduceScatterv(send.data_ptr(), out.data_ptr(), counts.data(),
+                                                 displs.data(), dt, xop, tg.comm, tg.stream);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_reduce_scatter_base(

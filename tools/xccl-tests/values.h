@@ -44,6 +44,9 @@ uint16_t floatToHalf(float f);
 float halfToFloat(uint16_t h);
 uint16_t floatToBf16(float f);
 float bf16ToFloat(uint16_t b);
+// FP8 (values_convert.cc): e4m3fn saturating at +-448, e5m2 infinite from 61440, nearest even.
+uint8_t floatToFp8(double x, bool e4m3);
+double fp8ToFloat(uint8_t c, bool e4m3);
 
 // One element: integers and bool in i (sign- or zero-extended), floating types in f.
 struct Value {

@@ -104,6 +104,16 @@ void retireSecret(const std::string& secret);
 std::string toHex(const std::string& raw);
 std::string fromHex(const std::string& hex);  // "" when hex is malformed
 
+// The store server's wire (unique_id.cc describes it; store_server.cc serves it).
+namespace storewire {
+constexpr char kHelloMagic[4] = {'X', 'C', 'S', 'B'};
+constexpr uint32_t kVersion = 2;
+constexpr size_t kHelloBytes = 8 + 16;  // magic, version, the client's nonce (auth.h)
+constexpr uint32_t kMaxKey = 1024;
+constexpr uint32_t kMaxValue = 64u << 20;
+constexpr uint32_t kMaxWaitMs = 60000;  // the longest a get or take is parked
+}  // namespace storewire
+
 // One request to the unique-id store server (after the handshake): 'S' | key length | key |
 // value length | value, or 'G' (get) / 'T' (take) | key length | key | wait ms. Key up to
 // 1 KiB, value up to 64 MiB, both checked before anything is buffered. kDone fills *req and
