@@ -9,6 +9,12 @@ namespace xccl {
 
 using Clock = std::chrono::steady_clock;
 
+// Now on Clock, in nanoseconds since its epoch.
+inline int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
 // A point in time after which a wait gives up with xccl::Timeout.
 class Deadline {
  public:

@@ -46,8 +46,10 @@ std::unique_ptr<Store> makeCallbackStore(const xcclStore_t& store, const std::st
 std::unique_ptr<Store> makeMemoryStore();  // returns a handle sharing one map per call site
 // Fills `id` and starts the rendezvous server thread in this process.
 void createUniqueId(xcclUniqueId* id);
-// A Store client talking to the server named in `id`.
-std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline);
+// A Store client talking to the server named in `id`; abortFlag (may be null), set by another
+// thread, ends the connecting.
+std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline,
+                                            const std::atomic<bool>* abortFlag = nullptr);
 // The secret carried by a unique id.
 std::string uniqueIdSecret(const xcclUniqueId& id);
 
@@ -109,6 +111,9 @@ struct MemberWatch {
 
 // A view of `inner` with every key under `prefix` (the caller keeps `inner` alive).
 std::unique_ptr<Store> makeScopedStore(Store& inner, const std::string& prefix);
+// A view of `inner` whose waits run in slices of at most 100 ms and end (InvalidUsage) soon
+// after *cancel is set (cancel may be null: never).
+std::unique_ptr<Store> makeCancellableStore(Store& inner, const std::atomic<bool>* cancel);
 
 // Store-based rendezvous of one communicator (xcclCommInitRankStore): rank 0 draws the
 // secret and publishes it (with who wrote it) under "secret"; every other rank waits for a

@@ -46,6 +46,31 @@ class ScopedStore : public Store {
   std::string prefix_;
 };
 
+// A view of `inner` whose waits run in slices of at most 100 ms and end soon after *cancel.
+class CancellableStore : public Store {
+ public:
+  CancellableStore(Store& inner, const std::atomic<bool>* cancel) : inner_(inner), cancel_(cancel) {}
+  void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
+  std::string get(const std::string& key, const Deadline& deadline) override {
+    for (;;) {
+      if (cancel_ != nullptr && cancel_->load()) {
+        throw InvalidUsage(strCat("aborted waiting for '", key, "' in the store"));
+      }
+      const int64_t left = deadline.remainingMs();
+      const int64_t slice = left < 0 ? 100 : std::min<int64_t>(left, 100);
+      try {
+        return inner_.get(key, Deadline::after(slice));
+      } catch (const Timeout&) {
+        if (deadline.expired()) throw;
+      }
+    }
+  }
+
+ private:
+  Store& inner_;
+  const std::atomic<bool>* cancel_;
+};
+
 // Decimal without sign or leading zeros ("0" alone allowed), at most `max`; -1 if not.
 int64_t parseDecimal(const std::string& s, int64_t max) {
   if (s.empty() || s.size() > 19 || (s.size() > 1 && s[0] == '0')) return -1;
@@ -84,6 +109,10 @@ bool isRetired(const std::string& secret) {
 
 std::unique_ptr<Store> makeScopedStore(Store& inner, const std::string& prefix) {
   return std::make_unique<ScopedStore>(inner, prefix);
+}
+
+std::unique_ptr<Store> makeCancellableStore(Store& inner, const std::atomic<bool>* cancel) {
+  return std::make_unique<CancellableStore>(inner, cancel);
 }
 
 std::string formatSecretRecord(const SecretRecord& rec) {

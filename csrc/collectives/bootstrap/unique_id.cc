@@ -224,9 +224,10 @@ void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& c
 // One authenticated client connection to a store server at `addr` holding `secret` (raw).
 std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
                                       const std::string& what, const Deadline& deadline,
-                                      bool knownUp, int64_t roundTripMs) {
+                                      bool knownUp, int64_t roundTripMs,
+                                      const std::atomic<bool>* abortFlag) {
   const std::string where = net::formatAddr(addr);
-  net::WaitCtx ctx{deadline, nullptr, strCat(what, " ", where)};
+  net::WaitCtx ctx{deadline, abortFlag, strCat(what, " ", where)};
   net::Fd fd = knownUp ? net::connectOnce(addr, ctx) : net::connectTo(addr, ctx);
   // Connected, the server answers the challenge at once unless its process is stopped or
   // cut off (the kernel accepts for it meanwhile): a request's bound, not the whole wait's.
@@ -239,9 +240,10 @@ std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string
   return std::make_unique<UniqueIdStore>(std::move(fd), where, trip);
 }
 
-std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline) {
+std::unique_ptr<Store> connectUniqueIdStore(const xcclUniqueId& id, const Deadline& deadline,
+                                            const std::atomic<bool>* abortFlag) {
   return connectStoreAt(idAddr(id), std::string(id.internal + 16, kSecretBytes), "unique-id store",
-                        deadline);
+                        deadline, /*knownUp=*/false, /*roundTripMs=*/0, abortFlag);
 }
 
 }  // namespace xccl

@@ -1,9 +1,11 @@
 // The edge's shared state (the last error, handles) and the entries that only read:
 // version, error strings, names, the last error, communicator queries and events.
+#include <algorithm>
 #include <string>
 
 #include "api_edge.h"
 #include "collectives/device/device.h"
+#include "common/clock.h"
 
 namespace xccl {
 
@@ -14,7 +16,19 @@ thread_local std::string tlsLastError;
 std::string& lastErrorText() { return tlsLastError; }
 
 Comm& commOf(xcclComm_t comm) {
-  XCCL_CHECK_ARG(comm != nullptr && comm->impl, "comm is NULL or destroyed");
+  XCCL_CHECK_ARG(comm != nullptr, "comm is NULL or destroyed");
+  if (comm->pending) {
+    const xcclResult_t st = comm->pending->state.load(std::memory_order_acquire);
+    if (st == xcclInProgress) {
+      throw InvalidUsage(
+          "the communicator is still being created (non-blocking): poll "
+          "xcclCommGetAsyncError until it is not xcclInProgress");
+    }
+    if (st != xcclSuccess) {
+      throw InvalidUsage(strCat("the communicator's creation failed: ", comm->pending->error));
+    }
+  }
+  XCCL_CHECK_ARG(comm->impl, "comm is NULL or destroyed");
   return *comm->impl;
 }
 
@@ -57,6 +71,14 @@ const char* xcclGetErrorString(xcclResult_t r) {
 
 const char* xcclGetLastError(xcclComm_t comm) {
   static thread_local std::string buf;
+  if (comm != nullptr && comm->pending) {
+    const xcclResult_t st = comm->pending->state.load(std::memory_order_acquire);
+    if (st == xcclInProgress) return "";
+    if (st != xcclSuccess) {
+      buf = comm->pending->error;
+      return buf.c_str();
+    }
+  }
   if (comm != nullptr && comm->impl && comm->impl->asyncError() != xcclSuccess) {
     buf = comm->impl->lastError();
     return buf.c_str();
@@ -83,6 +105,14 @@ const char* xcclOpName(xcclRedOp_t op) {
 xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError) {
   return guarded("xcclCommGetAsyncError", [&] {
     XCCL_CHECK_ARG(asyncError != nullptr, "asyncError is NULL");
+    if (comm != nullptr && comm->pending) {
+      // A non-blocking creation: in progress, failed (its error), or done (the comm's state).
+      const xcclResult_t st = comm->pending->state.load(std::memory_order_acquire);
+      if (st != xcclSuccess) {
+        *asyncError = st;
+        return;
+      }
+    }
     *asyncError = commOf(comm).asyncError();
   });
 }
@@ -114,7 +144,36 @@ xcclResult_t xcclEventRecord(xcclEvent_t* event, xcclComm_t comm) {
     }
     event->comm = comm;
     event->seq = commOf(comm).lastEnqueued();
+    event->recordedNs = steadyNs();
   });
+}
+
+xcclResult_t xcclEventElapsedTime(float* ms, const xcclEvent_t* start, const xcclEvent_t* end) {
+  xcclResult_t r = xcclSuccess;
+  xcclResult_t g = guarded("xcclEventElapsedTime", [&] {
+    XCCL_CHECK_ARG(ms != nullptr && start != nullptr && end != nullptr,
+                   "ms, start and end must be non-NULL");
+    if (start->comm != end->comm) {
+      throw InvalidUsage("start and end were recorded on different communicators");
+    }
+    Comm& c = commOf(start->comm);
+    for (const xcclEvent_t* e : {start, end}) {
+      r = c.query(e->seq);
+      if (r != xcclSuccess) return;
+    }
+    // Reached when recorded and its operations done, whichever came later.
+    auto reached = [&](const xcclEvent_t& e) {
+      if (e.seq == 0) return e.recordedNs;
+      const int64_t done = c.doneNs(e.seq);
+      if (done < 0) {
+        throw InvalidUsage(strCat("operation ", e.seq, " completed more than ",
+                                  Comm::kDoneTimes, " operations ago: its time is not kept"));
+      }
+      return std::max(e.recordedNs, done);
+    };
+    *ms = static_cast<float>(static_cast<double>(reached(*end) - reached(*start)) / 1e6);
+  });
+  return g != xcclSuccess ? g : r;
 }
 
 xcclResult_t xcclEventQuery(const xcclEvent_t* event) {

@@ -11,9 +11,11 @@
 // name, so nothing inside an entry repeats the name.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "collectives/algorithms/exchange.h"
 #include "comm.h"
@@ -22,8 +24,22 @@
 #include "result.h"
 #include "xccl.h"
 
+namespace xccl {
+// A non-blocking creation (xcclConfig_t.blocking = 0, api_comm.cc): its thread sets the
+// handle's impl, or the error, before it publishes `state` (release); readers acquire it.
+struct PendingCreation {
+  std::atomic<bool> cancel{false};
+  std::atomic<xcclResult_t> state{xcclInProgress};
+  std::string error;  // the creation's failure, set before state
+  std::thread thread;
+};
+}  // namespace xccl
+
 struct xcclComm {
   std::unique_ptr<xccl::Comm> impl;
+  // Set while (and after) a non-blocking creation runs: impl is valid only once its state
+  // is xcclSuccess.
+  std::unique_ptr<xccl::PendingCreation> pending;
 };
 
 namespace xccl {
@@ -52,8 +68,12 @@ xcclResult_t guarded(const char* what, Fn&& fn) {
   }
 }
 
-// The communicator behind a handle; InvalidArgument for NULL or a destroyed one.
+// The communicator behind a handle; InvalidArgument for NULL or a destroyed one,
+// InvalidUsage for one whose non-blocking creation is running or failed.
 Comm& commOf(xcclComm_t comm);
+// Ends a non-blocking creation still running on comm (cancels it, joins its thread); a no-op
+// for a communicator made in one call. Before a handle is freed.
+void stopCreation(xcclComm_t comm);
 
 // Checks one call (the validator: every check of a collective or point-to-point entry that
 // its CollArgs can express) and then enqueues it, runs it on the caller

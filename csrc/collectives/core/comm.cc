@@ -52,7 +52,8 @@ int64_t timeoutMsOf(const xcclConfig_t* config) {
 }
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
-           const xcclConfig_t& config, const MemberWatch* watch)
+           const xcclConfig_t& config, const MemberWatch* watch,
+           const std::atomic<bool>* cancel)
     : rank_(rank),
       nranks_(nranks),
       timeoutMs_(timeoutMsOf(&config)),
@@ -79,8 +80,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
                 "); rings follow host identities only");
     }
   }
-  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_), abort_,
-                        hostText, watch);
+  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_),
+                        cancel != nullptr ? *cancel : abort_, hostText, watch);
   if (peers_.acceptor) peers_.acceptor->beatHeld(heartbeatIntervalMs());
   std::vector<std::string> hostIds, hostTexts;
   std::vector<int> ordinals;
@@ -207,6 +208,14 @@ xcclResult_t Comm::query(uint64_t id) const {
   if (id >= failedFrom_.load()) return asyncError_.load();
   if (completed_.load(std::memory_order_acquire) >= id) return xcclSuccess;
   return xcclInProgress;
+}
+
+int64_t Comm::doneNs(uint64_t id) const {
+  const DoneTime& t = doneTimes_[id % kDoneTimes];
+  if (t.id.load(std::memory_order_acquire) != id) return -1;
+  const int64_t ns = t.ns.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return t.id.load(std::memory_order_relaxed) == id ? ns : -1;
 }
 
 xcclResult_t Comm::wait(uint64_t id, int64_t timeoutMs) {
@@ -338,6 +347,11 @@ void Comm::finish(OpEntry& op, bool endsTurn) {
   std::string error;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    DoneTime& t = doneTimes_[op.id % kDoneTimes];
+    t.id.store(0, std::memory_order_relaxed);  // a reader between the two stores sees "gone"
+    std::atomic_thread_fence(std::memory_order_release);
+    t.ns.store(steadyNs(), std::memory_order_relaxed);
+    t.id.store(op.id, std::memory_order_release);
     completed_.store(op.id, std::memory_order_release);
     if (endsTurn) {
       endTurnLocked();

@@ -62,8 +62,10 @@ class Comm {
  public:
   // Rendezvous through `store`, connect to every peer, start the progress thread. `watch`
   // (made from a parent's members) fails the rendezvous early when a member is gone.
+  // `cancel` (may be null; a non-blocking creation's), set by another thread, ends the
+  // rendezvous as an abort would.
   Comm(Store& store, int rank, int nranks, const std::string& secret, const xcclConfig_t& config,
-       const MemberWatch* watch = nullptr);
+       const MemberWatch* watch = nullptr, const std::atomic<bool>* cancel = nullptr);
   ~Comm();  // destroy(): drains the queue (bounded by the timeout), then frees everything
 
   int rank() const { return rank_; }
@@ -88,6 +90,10 @@ class Comm {
   xcclResult_t query(uint64_t id) const;
   // Waits up to timeoutMs (< 0: the communicator's timeout).
   xcclResult_t wait(uint64_t id, int64_t timeoutMs);
+  // When op `id` (complete) completed, steady-clock ns; -1 when it completed more than
+  // kDoneTimes operations ago (xcclEventElapsedTime).
+  static constexpr uint64_t kDoneTimes = 4096;
+  int64_t doneNs(uint64_t id) const;
 
   // Fails every pending and later operation at once (their waits return); safe from any
   // thread, also while others use the communicator. The destructor still frees it.
@@ -178,6 +184,13 @@ class Comm {
   bool running_ = false;             // an op is executing (on the progress thread or a caller's)
   std::atomic<bool> p2pRun_{false};  // executeP2P is taking later ops: enqueue rings the bell
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
+  // When the last kDoneTimes operations completed, by id % kDoneTimes: id first, then the
+  // time; written in finish() under mu_ (one writer), read lock-free (doneNs).
+  struct DoneTime {
+    std::atomic<uint64_t> id{0};
+    std::atomic<int64_t> ns{0};
+  };
+  std::unique_ptr<DoneTime[]> doneTimes_{new DoneTime[kDoneTimes]};
   std::atomic<uint64_t> failedFrom_{UINT64_MAX};  // first op id that failed
   std::atomic<xcclResult_t> asyncError_{xcclSuccess};
   std::string errorMsg_;  // guarded by mu_

@@ -14,6 +14,7 @@
 #ifndef XCCL_H_
 #define XCCL_H_
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,10 +105,12 @@ typedef void* xcclStream_t;
  * applies at xcclGroupEnd, for a group on one communicator only. */
 #define XCCL_STREAM_CALLER ((xcclStream_t)(~(uintptr_t)0)) /* never a stream handle */
 
-/* Completion marker: all operations enqueued on `comm` up to `seq`. */
+/* Completion marker: all operations enqueued on `comm` up to `seq`. recordedNs: when it was
+ * recorded (steady clock), for xcclEventElapsedTime. */
 typedef struct {
   xcclComm_t comm;
   uint64_t seq;
+  int64_t recordedNs;
 } xcclEvent_t;
 
 /* Key-value store used for rendezvous instead of a unique id (the torch
@@ -148,14 +151,35 @@ typedef enum {
   xcclMaxStreamErrors = 0x7fffffff /* not a mode: widens the range to int */
 } xcclStreamErrors_t;
 
-/* Optional settings for communicator creation; zero-initialise, then set. */
+/* Optional settings for communicator creation: start from XCCL_CONFIG_INITIALIZER (as
+ * NCCL_CONFIG_INITIALIZER) or zero-initialise, then set. */
 typedef struct {
   int64_t timeout_ms;          /* per-operation deadline; 0 = XCCL_TIMEOUT_MS (default 30 min) */
   int device;                  /* device ordinal the buffers live on; -1 = current/default */
   const char* name;            /* tag used in logs (e.g. the process-group name); may be NULL */
   xcclDeviceType_t deviceType; /* xcclDeviceDefault when zero-initialised */
   xcclStreamErrors_t streamErrors; /* xcclStreamErrorsFail when zero-initialised */
+  /* Non-blocking creation, as NCCL's `blocking`: 0 = xcclCommInitRankConfig and
+   * xcclCommInitRankStore return xcclInProgress at once with *comm set, and the communicator
+   * is made in the background; poll xcclCommGetAsyncError(comm) until it is not
+   * xcclInProgress (xcclSuccess: ready; otherwise the creation's error, its text from
+   * xcclGetLastError(comm)). Until then the only calls comm takes are
+   * xcclCommGetAsyncError, xcclGetLastError, xcclCommAbort and xcclCommDestroy (both stop the
+   * creation within a fraction of a second); any other is xcclInvalidUsage. 1 = creation
+   * returns when done. Read only from a config made with XCCL_CONFIG_INITIALIZER (`magic`
+   * set), where XCCL_CONFIG_UNDEF_INT means XCCL_COMM_BLOCKING (default 1); a
+   * zero-initialised config, or NULL, follows XCCL_COMM_BLOCKING. Operations, splits,
+   * shrinks, grows and xcclCommInitAll are blocking whatever the setting. */
+  int blocking;
+  unsigned int magic; /* XCCL_CONFIG_MAGIC: made with XCCL_CONFIG_INITIALIZER */
 } xcclConfig_t;
+#define XCCL_CONFIG_UNDEF_INT INT_MIN
+#define XCCL_CONFIG_MAGIC 0x78636366u
+#define XCCL_CONFIG_INITIALIZER                                                           \
+  {                                                                                        \
+    0, -1, NULL, xcclDeviceDefault, xcclStreamErrorsFail, XCCL_CONFIG_UNDEF_INT,           \
+        XCCL_CONFIG_MAGIC                                                                  \
+  }
 
 /* ---- version, errors ---- */
 XCCL_API xcclResult_t xcclGetVersion(int* version);
@@ -341,6 +365,15 @@ XCCL_API xcclResult_t xcclEventRecord(xcclEvent_t* event, xcclComm_t comm);
 XCCL_API xcclResult_t xcclEventQuery(const xcclEvent_t* event);
 /* timeout_ms < 0 waits up to the communicator's timeout. */
 XCCL_API xcclResult_t xcclEventWait(const xcclEvent_t* event, int64_t timeout_ms);
+/* Milliseconds from `start` to `end`, two events of one communicator, as cudaEventElapsedTime:
+ * an event is reached when it was recorded and the operations it marks are done, whichever
+ * is later. Record `start` just before enqueueing operations and `end` just after: the
+ * result is the time they took on the communicator, waiting for earlier operations
+ * excluded. xcclInProgress while either is not reached; the error of a failed operation;
+ * xcclInvalidUsage for events of different communicators, or when the operation an event
+ * marks completed more than 4096 operations ago (its time is no longer kept). */
+XCCL_API xcclResult_t xcclEventElapsedTime(float* ms, const xcclEvent_t* start,
+                                           const xcclEvent_t* end);
 
 /* ---- collectives (counts are in elements of `datatype`) ---- */
 XCCL_API xcclResult_t xcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
