@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh Debian machine (as root) and builds it:
-# system packages, torch==2.13.0 (CPU), test tools, the YOLOv5 example's needs (PyYAML,
-# Pillow; pycocotools for its mAP cross-check) and transformers + accelerate (the CI sample
+# system packages (with Open MPI and Chromium, which the launcher and browser tests drive),
+# torch==2.13.0 (CPU), test tools, the YOLOv5 example's needs (examples/yolov5/requirements.txt:
+# PyYAML, Pillow; pycocotools for its mAP cross-check) and transformers + accelerate (the CI sample
 # of tests/clients) from PyPI, the core library and its
 # tests (CMake, ./build), and the torch_xccl extension (editable install against the
 # installed torch). Safe to run again: each step is skipped when already done.
@@ -17,6 +18,8 @@ command -v ip >/dev/null || need_apt+=(iproute2)  # hosts made of network namesp
 command -v ccache >/dev/null || need_apt+=(ccache)  # compiles seen before are not repeated
 command -v clang-format >/dev/null || need_apt+=(clang-format)  # scripts/lint.sh (Debian 12: 14)
 command -v clang-tidy >/dev/null || need_apt+=(clang-tidy)  # scripts/tidy.py, in CI's lint
+command -v mpirun.openmpi >/dev/null || need_apt+=(openmpi-bin)  # launcher/mpi/run.sh under test
+command -v chromium >/dev/null || need_apt+=(chromium)  # tests/python/test_browser.py (headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -27,7 +30,10 @@ PY=${PYTHON:-python3}
 # torch is pinned: the unpinned name pulls a multi-GB CUDA build from the registry.
 $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q "pytest>=7" pytest-timeout pytest-xdist numpy matplotlib ninja pyyaml pillow pycocotools
+# jsonschema: launcher/k8s/pytorchjob.yaml against its schema. The example's requirements come
+# from its own file; the constraint keeps torch where it is.
+$PY -m pip install -q -c <(echo torch==2.13.0) "pytest>=7" pytest-timeout pytest-xdist numpy \
+  matplotlib ninja jsonschema -r examples/yolov5/requirements.txt
 # scripts/lint.sh: pinned, since a newer ruff brings new findings with it.
 $PY -m pip install -q ruff==0.14.0
 # The CI sample of tests/clients (tests/python/test_clients_sample.py) runs the transformers
