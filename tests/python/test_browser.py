@@ -74,7 +74,7 @@ class Chromium:
             self.proc = subprocess.Popen(
                 ["bash", "-c", f'exec "$@" 3<&{to_r} 4>&{from_w}', "bash"] + args,
                 pass_fds=(to_r, from_w), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, env=dict(os.environ, XCCL_BROWSER_TEST=self.marker))
+                start_new_session=True, env=dict(os.environ, TEST_BROWSER_MARKER=self.marker))
         os.close(to_r)
         os.close(from_w)
         self.w, self.r = to_w, from_r
@@ -150,7 +150,7 @@ class Chromium:
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-            kill_marked("XCCL_BROWSER_TEST", self.marker)  # its helpers, by their marker
+            kill_marked("TEST_BROWSER_MARKER", self.marker)  # its helpers, by their marker
             os.close(self.w)
             os.close(self.r)
 

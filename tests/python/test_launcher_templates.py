@@ -43,10 +43,10 @@ NO_MPIRUN = "" if shutil.which("mpirun") else "mpirun not installed (apt-get ins
 # ---------------------------------------------------------------- helpers
 
 def kill_marked(marker):
-    """SIGKILL every process whose environment carries XCCL_TEMPLATE_TEST=marker: the ones
+    """SIGKILL every process whose environment carries TEST_TEMPLATE_MARKER=marker: the ones
     this test started, wherever they were re-parented (torchrun's workers start sessions of
     their own, mpirun's ranks hang off its daemons)."""
-    needle = f"XCCL_TEMPLATE_TEST={marker}".encode()
+    needle = f"TEST_TEMPLATE_MARKER={marker}".encode()
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
@@ -91,7 +91,7 @@ def popen(cmd, env, cwd=REPO, host=None):
 
 
 def job_env(marker, **extra):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", XCCL_TEMPLATE_TEST=marker)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TEST_TEMPLATE_MARKER=marker)
     env.pop("XCCL_NODE_ID", None)  # the namespaces alone make separate hosts
     env.update(extra)
     return env
@@ -118,22 +118,30 @@ def check_across(text, world, per_host, addr_of_host):
 
 
 @contextlib.contextmanager
-def named_hosts(tag, names):
+def named_hosts(tag, names=()):
     """Two namespace hosts (10.231.0.1, 10.231.0.2 on one veth pair) where names[i] resolves
-    to host i's address, and the extra {name: index} aliases likewise (a hosts file per
-    namespace, mounted over /etc/hosts by `ip netns exec`)."""
+    to host i's address (a hosts file per namespace, which `ip netns exec` mounts over
+    /etc/hosts). On the way out every process still inside them is killed (all started by
+    this test) before the namespaces go."""
     with netns.two_hosts(tag) as hs:
-        lines = ["127.0.0.1 localhost"] + [f"{h.addr} {n}" for h, n in zip(hs, names)]
         made = []
         try:
-            for h in hs:
-                d = os.path.join("/etc/netns", h.name)
-                os.makedirs(d)
-                made.append(d)
-                with open(os.path.join(d, "hosts"), "w") as f:
-                    f.write("\n".join(lines) + "\n")
+            if names:
+                lines = ["127.0.0.1 localhost"] + [f"{h.addr} {n}" for h, n in zip(hs, names)]
+                for h in hs:
+                    d = os.path.join("/etc/netns", h.name)
+                    os.makedirs(d)
+                    made.append(d)
+                    with open(os.path.join(d, "hosts"), "w") as f:
+                        f.write("\n".join(lines) + "\n")
             yield hs
         finally:
+            for h in hs:
+                r = subprocess.run(["ip", "netns", "pids", h.name], capture_output=True, text=True,
+                                   timeout=20)
+                for pid in r.stdout.split():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
             for d in made:
                 shutil.rmtree(d, ignore_errors=True)
 
@@ -329,7 +337,7 @@ def test_pytorchjob_pods_on_two_namespace_hosts():
         for (rtype, i), h in zip(pods, hs):
             c = pytorch_container(job, rtype)
             env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "PYTHONPATH") if k in os.environ}
-            env.update(XCCL_TEMPLATE_TEST=marker)  # to find the pod's processes, nothing else
+            env.update(TEST_TEMPLATE_MARKER=marker)  # to find the pod's processes, nothing else
             env.update({e["name"]: e["value"] for e in c.get("env", [])})
             env.update(operator_env(job, rtype, i))
             assert c["workingDir"] == "/opt/torch_xccl"
@@ -392,7 +400,7 @@ def test_mpirun_on_two_namespace_hosts(tmp_path):
 @pytest.mark.timeout(200)
 def test_two_nodes_script_on_two_namespace_hosts():
     """two_nodes.sh 0 10.231.0.1 on one host, two_nodes.sh 1 10.231.0.1 on the other."""
-    with marked() as marker, netns.two_hosts("l2") as hs:
+    with marked() as marker, named_hosts("l2") as hs:
         env = job_env(marker, XCCL_DEBUG="INFO", XCCL_DEBUG_SUBSYS="INIT")
         procs = [popen(["bash", template("two_nodes.sh"), str(node), hs[0].addr], env, host=h)
                  for node, h in enumerate(hs)]
