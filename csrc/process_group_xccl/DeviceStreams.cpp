@@ -69,13 +69,23 @@ void recordStream(const at::Tensor& t, const c10::Stream& s) {
   guard(t.device().type()).recordDataPtrOnStream(t.storage().data_ptr(), s);
 }
 
-DeviceEvent::DeviceEvent(const c10::Device& d) {
+DeviceEvent::DeviceEvent(const c10::Device& d, bool timing) {
   if (d.is_cuda()) {
-    c10_.emplace(c10::DeviceType::CUDA);  // bound to a device at its first record
+    // bound to a device at its first record
+    c10_.emplace(c10::DeviceType::CUDA,
+                 timing ? c10::EventFlag::BACKEND_DEFAULT : c10::EventFlag::PYTORCH_DEFAULT);
     return;
   }
   OnDevice on(d.index());  // an xdev event belongs to the device current at its creation
-  check(xdevEventCreateWithFlags(&ev_, xdevEventDisableTiming), "xdevEventCreate");
+  check(xdevEventCreateWithFlags(&ev_, timing ? xdevEventDefault : xdevEventDisableTiming),
+        "xdevEventCreate");
+}
+
+float DeviceEvent::elapsedMs(const DeviceEvent& end) const {
+  if (c10_) return static_cast<float>(c10_->elapsedTime(*end.c10_));
+  float ms = 0;
+  check(xdevEventElapsedTime(&ms, ev_, end.ev_), "xdevEventElapsedTime");
+  return ms;
 }
 
 DeviceEvent::~DeviceEvent() {

@@ -34,10 +34,10 @@ c10::Stream poolStream(const c10::Device& d);     // a stream from the device's 
 // on it so far (Tensor.record_stream).
 void recordStream(const at::Tensor& t, const c10::Stream& s);
 
-// An event of one device (created without timing), destroyed with the object.
+// An event of one device (timing: it can be an end of elapsedMs), destroyed with the object.
 class DeviceEvent {
  public:
-  explicit DeviceEvent(const c10::Device& d);
+  explicit DeviceEvent(const c10::Device& d, bool timing = false);
   ~DeviceEvent();
   DeviceEvent(const DeviceEvent&) = delete;
   DeviceEvent& operator=(const DeviceEvent&) = delete;
@@ -47,6 +47,8 @@ class DeviceEvent {
   void block(const c10::Stream& s);
   bool query();        // the marked work is done
   void synchronize();  // the host waits for it
+  // Milliseconds from this event to `end`, both timing events whose work is done.
+  float elapsedMs(const DeviceEvent& end) const;
 
  private:
   xdevEvent_t ev_ = nullptr;       // xdev

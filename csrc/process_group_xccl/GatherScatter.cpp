@@ -45,7 +45,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::broadcast(std::vector<at::Tenso
                        return xcclBroadcast(buf.data_ptr(), buf.data_ptr(), n, dt, root, tg.comm,
                                             tg.stream);
                      },
-                 .extra = blockingCall(opts)});
+                 .extra = rootedCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::_allgather_base(

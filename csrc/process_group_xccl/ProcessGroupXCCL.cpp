@@ -28,7 +28,9 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
       state_(std::make_shared<CommState>()),
       blockingWait_(blockingWaitFromEnv()),
       errorMode_(errorModeFromEnv()),
-      runOnCaller_(envKnob("TORCH_XCCL_RUN_ON_CALLER", 1, 0, 1) != 0) {
+      runOnCaller_(envKnob("TORCH_XCCL_RUN_ON_CALLER", 1, 0, 1) != 0),
+      timing_(envKnob("TORCH_XCCL_ENABLE_TIMING", 0, 0, 1) != 0),
+      nanCheck_(envKnob("TORCH_XCCL_NAN_CHECK", 0, 0, 1) != 0) {
   TORCH_CHECK(store_, "xccl init: no store");
   TORCH_CHECK(size > 0 && rank >= 0 && rank < size, "xccl init: invalid rank ", rank,
               " for group size ", size);
@@ -58,14 +60,23 @@ ProcessGroupXCCL::ProcessGroupXCCL(const c10::intrusive_ptr<c10d::Store>& store,
 // The host communicator of a new group, through the store.
 xcclComm_t ProcessGroupXCCL::initHostComm() {
   const int rank = getRank(), size = getSize();
-  StoreCtx ctx{store_};
+  // The store callbacks' context lives with the communicator's state: a non-blocking creation
+  // uses it after this returns, until the communicator is freed.
+  auto ctx = std::make_shared<StoreCtx>();
+  ctx->store = store_;
+  state_->createCtx = ctx;
   // torch's prefix for this group repeats across initialisations (destroy_process_group +
   // init_process_group, torchrun restarts): everything below writes under a scope of this
   // initialisation instead (Rendezvous.hpp).
-  store_ = scopeToInitialisation(store_, size, ctx.callTimeoutMs, &storeScope_);
-  ctx.store = store_;
-  xcclStore_t s{&ctx, &storeSet, &storeGet};
-  xcclConfig_t cfg{};
+  store_ = scopeToInitialisation(store_, size, ctx->callTimeoutMs, &storeScope_);
+  ctx->store = store_;
+  xcclStore_t s{ctx.get(), &storeSet, &storeGet};
+  // TORCH_XCCL_USE_COMM_NONBLOCKING=1 (TORCH_NCCL_USE_COMM_NONBLOCKING's role): construction
+  // returns while libxccl connects the ranks in the background; the group's first operation
+  // waits for it (CommState::awaitCreation), so model set-up overlaps the connecting.
+  const bool nonBlocking = envKnob("TORCH_XCCL_USE_COMM_NONBLOCKING", 0, 0, 1) != 0;
+  xcclConfig_t cfg = XCCL_CONFIG_INITIALIZER;
+  cfg.blocking = nonBlocking ? 0 : 1;
   cfg.timeout_ms = options_->timeout.count() > 0 ? options_->timeout.count() : 0;
   cfg.device = -1;
   cfg.deviceType = xcclDeviceHost;  // cpu tensors, whatever XCCL_DEVICE says
@@ -73,6 +84,10 @@ xcclComm_t ProcessGroupXCCL::initHostComm() {
   xcclComm_t comm = nullptr;
   // store_ is this group's and this initialisation's (above), so one fixed prefix suffices.
   xcclResult_t r = xcclCommInitRankStore(&comm, size, rank, &s, "xccl/", &cfg);
+  if (r == xcclInProgress) {
+    state_->creating.store(true, std::memory_order_release);
+    return comm;
+  }
   if (r != xcclSuccess) {
     throwDist("xccl init: rank " + std::to_string(rank) + " of " + std::to_string(size) +
               " (group '" + state_->name + "'): " + libError(r, xcclGetLastError(nullptr)));

@@ -187,11 +187,19 @@ class ProcessGroupXCCL : public c10d::Backend {
     int** peerSlot = nullptr;
     // torch waits for this op at once (its options' asyncOp is false: a blocking call).
     bool callerWaits = false;
+    // broadcast, scatter: the root, whose inputs alone are data (TORCH_XCCL_NAN_CHECK).
+    int root = -1;
   };
   template <typename Opts>
   static LaunchExtra blockingCall(const Opts& opts) {
     LaunchExtra e;
     e.callerWaits = !opts.asyncOp;
+    return e;
+  }
+  template <typename Opts>
+  static LaunchExtra rootedCall(const Opts& opts) {
+    LaunchExtra e = blockingCall(opts);
+    e.root = static_cast<int>(opts.rootRank);
     return e;
   }
   // One operation, as a collective hands it to launch() once it checked the arguments and
@@ -270,6 +278,19 @@ class ProcessGroupXCCL : public c10d::Backend {
   AsyncErrorMode errorMode_ = AsyncErrorMode::kCleanUpOnly;
   // TORCH_XCCL_RUN_ON_CALLER: blocking host collectives run on the calling thread.
   bool runOnCaller_ = true;
+  // TORCH_XCCL_ENABLE_TIMING: every Work can tell its duration (_get_duration).
+  bool timing_ = false;
+  // TORCH_XCCL_NAN_CHECK: collectives check their inputs first (checkNan).
+  bool nanCheck_ = false;
+  // Before a collective runs: every rank checks its floating-point inputs for NaN (at the
+  // root only for broadcast and scatter) and the ranks agree, through one 4-byte allreduce on
+  // the host communicator, on the lowest rank that found one; then every rank raises naming
+  // it and the collective does not run. Not inside coalescing blocks, not for point-to-point.
+  void checkNan(const Op& op);
+  // A coalescing block's start (TORCH_XCCL_ENABLE_TIMING): on the host communicator, and on
+  // the device's communication stream at its first device operation.
+  std::optional<xcclEvent_t> coalescedStart_;
+  std::shared_ptr<DeviceEvent> coalescedStartOnDevice_;
 
   // coalescing (startCoalescing .. endCoalescing): works wait for the group's single event
   bool coalescing_ = false;

@@ -2,6 +2,7 @@
 // communicator handle and its close/abort).
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "FlightDump.hpp"
 #include "ProcessGroupXCCL.hpp"
@@ -31,6 +32,34 @@ void CommState::close(const std::string& why, bool destroy) {
   } else {
     xcclCommInterrupt(c);  // (again: the lock is held now) freed with the state
     retired = c;
+  }
+}
+
+void CommState::awaitCreation() {
+  std::lock_guard<std::mutex> one(createMu);
+  while (creating.load(std::memory_order_acquire)) {
+    xcclResult_t st = xcclInProgress;
+    std::string detail;
+    {
+      std::shared_lock<std::shared_mutex> lk(rw);
+      if (comm == nullptr) {  // closed meanwhile: use() reports the reason
+        creating.store(false, std::memory_order_release);
+        return;
+      }
+      if (xcclCommGetAsyncError(comm, &st) != xcclSuccess) st = xcclInternalError;
+      if (st != xcclInProgress && st != xcclSuccess) detail = xcclGetLastError(comm);
+    }
+    if (st == xcclSuccess) {
+      creating.store(false, std::memory_order_release);
+      return;
+    }
+    if (st != xcclInProgress) {
+      // Later uses reach libxccl, which refuses them naming the same failure.
+      creating.store(false, std::memory_order_release);
+      throwDist("xccl init (non-blocking): rank " + std::to_string(rank) + " of " +
+                std::to_string(size) + " (group '" + name + "'): " + libError(st, detail.c_str()));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
@@ -80,6 +109,35 @@ WorkXCCL::WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq
           stream ? std::vector<c10::Device>{stream->device()} : std::vector<c10::Device>{})),
       stream_(stream),
       hostBlocking_(hostBlocking) {}
+
+float WorkXCCL::getDuration() const {
+  TORCH_CHECK(timed_, "xccl ", opName_,
+              ": _get_duration() needs TORCH_XCCL_ENABLE_TIMING=1 in the environment when the "
+              "process group is made");
+  if (callerTimes_) {
+    return std::chrono::duration<float, std::milli>(callerTimes_->second - callerTimes_->first)
+        .count();
+  }
+  if (startOnDevice_) {
+    TORCH_CHECK(end_ && end_->query(), "xccl ", opName_,
+                ": _get_duration() before the operation completed (wait() for it first)");
+    return startOnDevice_->elapsedMs(*end_);
+  }
+  TORCH_CHECK(startEvent_ && hasEvent_.load(), "xccl ", opName_, ": this operation was not timed");
+  float ms = 0;
+  xcclResult_t r = xcclInternalError;
+  std::string detail;
+  const bool open = comm_->useEvenClosed([&](xcclComm_t) {
+    r = xcclEventElapsedTime(&ms, &*startEvent_, &event_);
+    if (r != xcclSuccess && r != xcclInProgress) detail = xcclGetLastError(nullptr);
+  });
+  TORCH_CHECK(open, "xccl ", opName_, ": _get_duration(): the communicator was destroyed");
+  TORCH_CHECK(r != xcclInProgress, "xccl ", opName_,
+              ": _get_duration() before the operation completed (wait() for it first)");
+  TORCH_CHECK(r == xcclSuccess, "xccl ", opName_,
+              ": _get_duration(): ", libError(r, detail.c_str()));
+  return ms;
+}
 
 void WorkXCCL::setEvent(const xcclEvent_t& ev) {
   event_ = ev;

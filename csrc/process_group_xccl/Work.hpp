@@ -81,11 +81,21 @@ struct CommState {
   int size = 0;
   std::string name;                        // process-group name, for messages
   std::shared_ptr<DesyncDebugger> desync;  // TORCH_XCCL_DESYNC_DEBUG=1 only
+  // TORCH_XCCL_USE_COMM_NONBLOCKING=1: comm was made non-blocking and may still be in
+  // creation; the first use waits for it (awaitCreation). createCtx: what the creation's
+  // store callbacks use, freed after comm (so after the creation thread).
+  std::atomic<bool> creating{false};
+  std::mutex createMu;
+  std::shared_ptr<void> createCtx;
+  // Waits (polling xcclCommGetAsyncError) until a non-blocking creation ends; a failed one
+  // throws DistBackendError with its reason. Returns at once when none is running.
+  void awaitCreation();
 
   // Runs f(comm) under the shared lock; returns false (and leaves r untouched) when the
   // communicator is closed.
   template <typename F>
   bool use(F&& f) {
+    if (creating.load(std::memory_order_acquire)) awaitCreation();
     if (closing.load()) return false;
     std::shared_lock<std::shared_mutex> lk(rw);
     if (comm == nullptr) return false;
@@ -104,6 +114,7 @@ struct CommState {
   // f(handle) with the live or retired communicator under the shared lock; false if none.
   template <typename F>
   bool useEvenClosed(F&& f) {
+    if (creating.load(std::memory_order_acquire)) awaitCreation();
     std::shared_lock<std::shared_mutex> lk(rw);
     xcclComm_t c = comm != nullptr ? comm : retired;
     if (c == nullptr) return false;
@@ -151,6 +162,12 @@ class WorkXCCL : public c10d::Work {
   void abort() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const { return seq_; }
+  // work._get_duration(): milliseconds the operation took, from its start (not from its
+  // enqueue behind earlier ones) to its end; TORCH_XCCL_ENABLE_TIMING=1 and a completed
+  // operation only. Host operations: libxccl's event times (xcclEventElapsedTime) or the
+  // caller's clock when it ran the operation itself; device ones: timing events on the
+  // communication stream.
+  float getDuration() const override;
 
   // --- used by ProcessGroupXCCL and its completion thread ---
   void setEvent(const xcclEvent_t& ev);
@@ -209,6 +226,13 @@ class WorkXCCL : public c10d::Work {
   std::shared_ptr<DeviceEvent> end_;  // passes when the operation and its post step are done
   bool hostBlocking_ = false;
   bool futureMarked_ = false;  // device futures are completed at launch
+  // TORCH_XCCL_ENABLE_TIMING (set at launch): which of the three clocks timed it.
+  bool timed_ = false;
+  std::optional<std::pair<std::chrono::steady_clock::time_point,
+                          std::chrono::steady_clock::time_point>>
+      callerTimes_;                             // ran on the caller: start, end
+  std::optional<xcclEvent_t> startEvent_;       // host, asynchronous: ends at event_
+  std::shared_ptr<DeviceEvent> startOnDevice_;  // device: ends at end_ (a timing event)
 
   friend class ProcessGroupXCCL;
 };

@@ -86,9 +86,8 @@ TEST(NonBlockingInit, AbortStopsACreationWaitingForAnAbsentPeerAtOnce) {
     ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
     xcclConfig_t cfg = nonBlocking();
     xcclComm_t comm = nullptr;
-    const xcclResult_t r = viaStore
-                               ? xcclCommInitRankStore(&comm, 2, 1, store.c(), "absent/", &cfg)
-                               : xcclCommInitRankConfig(&comm, 2, id, 1, &cfg);
+    const xcclResult_t r = viaStore ? xcclCommInitRankStore(&comm, 2, 1, store.c(), "absent/", &cfg)
+                                    : xcclCommInitRankConfig(&comm, 2, id, 1, &cfg);
     ASSERT_EQ(r, xcclInProgress) << xcclGetLastError(nullptr);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     xcclResult_t state = xcclSuccess;
@@ -162,9 +161,11 @@ TEST(EventElapsedTime, TimesAnOperationFromItsStartNotFromTheQueueAhead) {
     if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     xcclEvent_t before, middle, after;
     XCCL_TEST_CHECK(xcclEventRecord(&before, comm));
-    XCCL_TEST_CHECK(xcclAllReduce(a.data(), a.data(), a.size(), xcclFloat32, xcclSum, comm, nullptr));
+    XCCL_TEST_CHECK(
+        xcclAllReduce(a.data(), a.data(), a.size(), xcclFloat32, xcclSum, comm, nullptr));
     XCCL_TEST_CHECK(xcclEventRecord(&middle, comm));
-    XCCL_TEST_CHECK(xcclAllReduce(b.data(), b.data(), b.size(), xcclFloat32, xcclSum, comm, nullptr));
+    XCCL_TEST_CHECK(
+        xcclAllReduce(b.data(), b.data(), b.size(), xcclFloat32, xcclSum, comm, nullptr));
     XCCL_TEST_CHECK(xcclEventRecord(&after, comm));
     float ms = -1;
     if (rank == 0) {  // still waiting for rank 1

@@ -49,7 +49,8 @@ class ScopedStore : public Store {
 // A view of `inner` whose waits run in slices of at most 100 ms and end soon after *cancel.
 class CancellableStore : public Store {
  public:
-  CancellableStore(Store& inner, const std::atomic<bool>* cancel) : inner_(inner), cancel_(cancel) {}
+  CancellableStore(Store& inner, const std::atomic<bool>* cancel)
+      : inner_(inner), cancel_(cancel) {}
   void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
   std::string get(const std::string& key, const Deadline& deadline) override {
     for (;;) {

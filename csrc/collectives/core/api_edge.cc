@@ -166,8 +166,8 @@ xcclResult_t xcclEventElapsedTime(float* ms, const xcclEvent_t* start, const xcc
       if (e.seq == 0) return e.recordedNs;
       const int64_t done = c.doneNs(e.seq);
       if (done < 0) {
-        throw InvalidUsage(strCat("operation ", e.seq, " completed more than ",
-                                  Comm::kDoneTimes, " operations ago: its time is not kept"));
+        throw InvalidUsage(strCat("operation ", e.seq, " completed more than ", Comm::kDoneTimes,
+                                  " operations ago: its time is not kept"));
       }
       return std::max(e.recordedNs, done);
     };

@@ -52,8 +52,7 @@ int64_t timeoutMsOf(const xcclConfig_t* config) {
 }
 
 Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
-           const xcclConfig_t& config, const MemberWatch* watch,
-           const std::atomic<bool>* cancel)
+           const xcclConfig_t& config, const MemberWatch* watch, const std::atomic<bool>* cancel)
     : rank_(rank),
       nranks_(nranks),
       timeoutMs_(timeoutMsOf(&config)),

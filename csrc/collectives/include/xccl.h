@@ -175,11 +175,8 @@ typedef struct {
 } xcclConfig_t;
 #define XCCL_CONFIG_UNDEF_INT INT_MIN
 #define XCCL_CONFIG_MAGIC 0x78636366u
-#define XCCL_CONFIG_INITIALIZER                                                           \
-  {                                                                                        \
-    0, -1, NULL, xcclDeviceDefault, xcclStreamErrorsFail, XCCL_CONFIG_UNDEF_INT,           \
-        XCCL_CONFIG_MAGIC                                                                  \
-  }
+#define XCCL_CONFIG_INITIALIZER \
+  { 0, -1, NULL, xcclDeviceDefault, xcclStreamErrorsFail, XCCL_CONFIG_UNDEF_INT, XCCL_CONFIG_MAGIC }
 
 /* ---- version, errors ---- */
 XCCL_API xcclResult_t xcclGetVersion(int* version);
