@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,29 @@ TEST(NonBlockingInit, BlockingFollowsTheInitializerOrXcclCommBlocking) {
   xcclConfig_t blocking = XCCL_CONFIG_INITIALIZER;
   blocking.blocking = 1;
   EXPECT_EQ(create(&blocking), xcclSuccess);
+}
+
+// A config from an older header (XCCL_CONFIG_INITIALIZER wrote a smaller size) is read only
+// as far as its size: a field beyond it is never looked at, even holding a value that would
+// be refused; a size too small for the struct's first fields is refused.
+TEST(ConfigSize, AConfigIsReadOnlyAsFarAsItsSize) {
+  auto create = [](const xcclConfig_t& cfg) {
+    xcclUniqueId id;
+    EXPECT_EQ(xcclGetUniqueId(&id), xcclSuccess);
+    xcclComm_t comm = nullptr;
+    const xcclResult_t r = xcclCommInitRankConfig(&comm, 1, id, 0, &cfg);
+    if (comm != nullptr) EXPECT_EQ(xcclCommDestroy(comm), xcclSuccess);
+    return r;
+  };
+  xcclConfig_t older = XCCL_CONFIG_INITIALIZER;
+  older.reproducible = 12345;
+  EXPECT_EQ(create(older), xcclInvalidArgument);  // this header's size: read and refused
+  older.size = offsetof(xcclConfig_t, reproducible);
+  EXPECT_EQ(create(older), xcclSuccess) << xcclGetLastError(nullptr);
+  xcclConfig_t tiny = XCCL_CONFIG_INITIALIZER;
+  tiny.size = 3;
+  EXPECT_EQ(create(tiny), xcclInvalidArgument);
+  EXPECT_NE(std::string(xcclGetLastError(nullptr)).find("config.size"), std::string::npos);
 }
 
 // xcclEventElapsedTime: an allreduce that waits 300 ms for its peer takes >= 0.25 s; one

@@ -30,6 +30,10 @@ struct Algorithm {
   // whenever count > 0: the frame headers then compare the two calls, and the desync check
   // frame (Exchange::postCheck) would only repeat it, one frame per operation.
   bool hearsRingPrev = false;
+  // Every element of a reduction's result is the left fold of the inputs in rank order,
+  // ((in0 op in1) op in2) ..., whatever the size and the placement of the ranks: the
+  // algorithms XCCL_REPRODUCIBLE=1 chooses among.
+  bool ordered = false;
 };
 
 const std::vector<Algorithm>& allAlgorithms();

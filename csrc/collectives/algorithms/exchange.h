@@ -129,9 +129,15 @@ struct Tuning {
           hierarchicalMin = 0, directTempMax = 0, recdoublingMinRanks = 0, rabenseifnerMinRanks = 0,
           rabenseifnerMax = 0, hierarchicalLogMinHosts = 0;
   size_t ringSlice = 0, chainChunk = 0;  // bytes per message; SIZE_MAX: uncut
+  // XCCL_REPRODUCIBLE (or the communicator's config): reductions run only on algorithms
+  // that fold in rank order (Algorithm::ordered).
+  bool reproducible = false;
 };
 // Reads and checks every knob of the table (InvalidUsage for a bad XCCL_ALGO).
 Tuning readTuning();
+// With t.reproducible, InvalidUsage when t forces (XCCL_ALGO) a reduction algorithm that does
+// not fold in rank order: at creation, instead of failing the first such operation.
+void checkReproducible(const Tuning& t);
 
 struct PendingMsg;   // defined in exchange_msg.h
 struct FrameHeader;  // defined in frame.h
@@ -162,6 +168,12 @@ class Exchange {
   bool yieldWhenIdle() const { return yieldWhenIdle_; }
   int hostOf(int rank) const { return hostOf_[rank]; }
   const Tuning& tuning() const { return tuning_; }
+  // The communicator's config overrides XCCL_REPRODUCIBLE (set before any operation);
+  // InvalidUsage when XCCL_ALGO forces a reduction algorithm that cannot honour it.
+  void setReproducible(bool on) {
+    tuning_.reproducible = on;
+    checkReproducible(tuning_);
+  }
 
   // Device temporaries of one collective (algo::DeviceBuffer). Small ones are kept and reused
   // by later collectives: allocating them was a good part of a small collective's host time.

@@ -120,7 +120,8 @@ bool directSupports(const CollArgs& args, const Exchange& ex) {
 
 std::vector<Algorithm> reduceAlgorithms() {
   return {{"chain", CollType::kReduce, chainSupports, chainRun},
-          {"direct", CollType::kReduce, directSupports, directRun},
+          {"direct", CollType::kReduce, directSupports, directRun, /*hearsRingPrev=*/false,
+           /*ordered=*/true},
           {"tree", CollType::kReduce, treeSupports, treeRun}};
 }
 

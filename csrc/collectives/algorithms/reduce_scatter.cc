@@ -94,7 +94,8 @@ bool directSupports(const CollArgs& args, const Exchange& ex) {
 
 std::vector<Algorithm> reduceScatterAlgorithms() {
   return {{"ring", CollType::kReduceScatter, ringSupports, ringRun},
-          {"direct", CollType::kReduceScatter, directSupports, directRun},
+          {"direct", CollType::kReduceScatter, directSupports, directRun, /*hearsRingPrev=*/false,
+           /*ordered=*/true},
           {"pairwise", CollType::kReduceScatterv, ringSupports, pairwiseVRun}};
 }
 

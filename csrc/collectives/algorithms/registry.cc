@@ -36,7 +36,7 @@ const std::vector<Algorithm>& allAlgorithms() {
     for (auto list :
          {algo::allreduceAlgorithms, algo::broadcastAlgorithms, algo::reduceAlgorithms,
           algo::allgatherAlgorithms, algo::reduceScatterAlgorithms, algo::alltoallAlgorithms,
-          algo::gatherScatterAlgorithms, algo::barrierAlgorithms}) {
+          algo::gatherScatterAlgorithms, algo::barrierAlgorithms, algo::orderedAlgorithms}) {
       for (const Algorithm& a : list()) v.push_back(a);
     }
     return v;

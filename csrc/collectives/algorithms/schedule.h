@@ -92,6 +92,7 @@ std::vector<Algorithm> reduceScatterAlgorithms();  // reduce_scatter.cc
 std::vector<Algorithm> alltoallAlgorithms();       // alltoall.cc
 std::vector<Algorithm> gatherScatterAlgorithms();  // gather_scatter.cc
 std::vector<Algorithm> barrierAlgorithms();        // barrier.cc
+std::vector<Algorithm> orderedAlgorithms();        // ordered.cc (several collectives)
 
 // The nranks inputs of a fold in rank order: dst = ((in[0] op in[1]) op in[2]) ..., so every
 // rank that folds the same inputs gets bit-identical results. in[me] is `mine` (read in

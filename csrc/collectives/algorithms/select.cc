@@ -64,6 +64,9 @@ XCCL_PARAM(ChainChunk, "CHAIN_CHUNK", 256 << 10, kKnobMin,
            kKnobMax)  // broadcast/reduce chain chunk
 XCCL_PARAM(DirectTempMax, "DIRECT_TEMP_MAX", 256 << 20, 0,
            kKnobMax)  // cap on a direct fold's temporary
+// 1: reductions give the left fold of the inputs in rank order, bit for bit, whatever the
+// size, algorithm or placement (only Algorithm::ordered ones run them).
+XCCL_PARAM(Reproducible, "REPRODUCIBLE", 0, 0, 1)
 
 namespace {
 
@@ -80,6 +83,17 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
     return size <= static_cast<size_t>(max) ? std::vector<const char*>{small, large}
                                             : std::vector<const char*>{large, small};
   };
+  if (t.reproducible && isReduction(args.type)) {
+    // Only the rank-order folds: "direct" where its temporary is small (one step), then
+    // "ordered" (a ring's bytes, in rounds that fit the temporary).
+    const int64_t small = args.type == CollType::kAllReduce ? t.allreduceDirectMax
+                          : args.type == CollType::kReduce  ? t.reduceDirectMax
+                                                            : t.reducescatterDirectMax;
+    const size_t size =
+        args.type == CollType::kAllReduce || args.type == CollType::kReduce ? bytes : all;
+    if (args.type == CollType::kReduceScatterv) return {"ordered"};
+    return bySize(size, small, "direct", "ordered");
+  }
   switch (args.type) {
     case CollType::kAllReduce: {
       const auto& hosts = ex.hosts();
@@ -158,15 +172,39 @@ Tuning readTuning() {
   t.hierarchicalMin = xcclParamHierarchicalMin();
   t.hierarchicalLogMinHosts = xcclParamHierarchicalLogMinHosts();
   t.directTempMax = xcclParamDirectTempMax();
+  t.reproducible = xcclParamReproducible() != 0;
   t.ringSlice = algo::pieceBytesKnob(xcclParamRingSlice());
   t.chainChunk = algo::pieceBytesKnob(xcclParamChainChunk());
+  checkReproducible(t);
   return t;
+}
+
+void checkReproducible(const Tuning& t) {
+  if (!t.reproducible) return;
+  for (CollType type : {CollType::kAllReduce, CollType::kReduce, CollType::kReduceScatter,
+                        CollType::kReduceScatterv}) {
+    const std::string& name = t.forced[static_cast<size_t>(type)];
+    const Algorithm* a = name.empty() ? nullptr : findAlgorithm(type, name);
+    if (a != nullptr && !a->ordered) {
+      throw InvalidUsage(strCat("XCCL_ALGO='", t.algoSpec, "' forces ", collName(type),
+                                " algorithm '", name,
+                                "', which does not fold the inputs in rank order, and "
+                                "XCCL_REPRODUCIBLE=1 (or config.reproducible) asks for that "
+                                "fold: force 'ordered' or 'direct', or drop one of the two"));
+    }
+  }
 }
 
 const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
   const std::string& forced = forcedName(args.type, ex);
   if (!forced.empty()) {
     const Algorithm* a = findAlgorithm(args.type, forced);
+    if (ex.tuning().reproducible && isReduction(args.type) && !a->ordered) {
+      throw InvalidUsage(strCat("XCCL_ALGO forces ", collName(args.type), " algorithm '", forced,
+                                "', which does not fold the inputs in rank order, and "
+                                "XCCL_REPRODUCIBLE=1 asks for that fold: force 'ordered' or "
+                                "'direct', or unset one of the two"));
+    }
     if (!a->supports(args, ex)) {
       throw InvalidUsage(strCat("XCCL_ALGO forces ", collName(args.type), " algorithm '", forced,
                                 "', which declines this call (", describeSize(args, ex),
@@ -181,8 +219,9 @@ const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
     explainChoice(args, ex, *a, order, i);
     return *a;
   }
+  const bool ordered = ex.tuning().reproducible && isReduction(args.type);
   for (const Algorithm& a : allAlgorithms()) {
-    if (a.type == args.type && a.supports(args, ex)) return a;
+    if (a.type == args.type && (a.ordered || !ordered) && a.supports(args, ex)) return a;
   }
   throw InvalidUsage(
       strCat("no ", collName(args.type), " algorithm accepts ", describeSize(args, ex)));

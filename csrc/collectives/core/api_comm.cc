@@ -24,7 +24,7 @@ namespace {
 XCCL_PARAM(CommBlocking, "COMM_BLOCKING", 1, 0, 1)
 
 bool blockingOf(const xcclConfig_t* config) {
-  if (config != nullptr && config->magic == XCCL_CONFIG_MAGIC &&
+  if (config != nullptr && XCCL_CONFIG_HAS(config, blocking) &&
       config->blocking != XCCL_CONFIG_UNDEF_INT) {
     XCCL_CHECK_ARG(config->blocking == 0 || config->blocking == 1, "config.blocking ",
                    config->blocking, " must be 0 or 1");
@@ -33,12 +33,7 @@ bool blockingOf(const xcclConfig_t* config) {
   return xcclParamCommBlocking() != 0;
 }
 
-xcclConfig_t configOf(const xcclConfig_t* config) {
-  xcclConfig_t cfg{};
-  cfg.device = -1;
-  if (config) cfg = *config;
-  return cfg;
-}
+xcclConfig_t configOf(const xcclConfig_t* config) { return readConfig(config); }
 
 // Makes one rank's communicator: make(cancel) returns it (cancel: null when blocking). At once
 // (returns false), or, non-blocking, on a thread that owns a copy of everything it reads but
@@ -193,7 +188,7 @@ xcclResult_t xcclCommInitAllConfig(xcclComm_t* comms, int ndev, const int* devli
                        "] = ", devlist[i], ": devices must be distinct and non-negative");
       }
     }
-    const xcclConfig_t base = config != nullptr ? *config : xcclConfig_t{};
+    const xcclConfig_t base = readConfig(config);
     // A bad device fails here, before any rank waits for another.
     for (int i = 0; i < ndev; ++i) {
       getDevice(deviceKind(base.deviceType), devlist != nullptr ? devlist[i] : i);

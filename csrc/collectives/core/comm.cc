@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "collectives/algorithms/algorithm.h"
 #include "collectives/device/device.h"
@@ -47,6 +48,17 @@ int usableCores() {
 
 }  // namespace
 
+xcclConfig_t readConfig(const xcclConfig_t* config) {
+  xcclConfig_t cfg = XCCL_CONFIG_INITIALIZER;
+  if (config == nullptr) return cfg;
+  if (config->magic != XCCL_CONFIG_MAGIC) return *config;  // zero-initialised: this header's
+  XCCL_CHECK_ARG(config->size >= offsetof(xcclConfig_t, timeout_ms), "config.size ", config->size,
+                 " is too small for an xcclConfig_t");
+  std::memcpy(&cfg, config, std::min(config->size, sizeof cfg));
+  cfg.size = sizeof cfg;
+  return cfg;
+}
+
 int64_t timeoutMsOf(const xcclConfig_t* config) {
   return config != nullptr && config->timeout_ms > 0 ? config->timeout_ms : xcclParamTimeoutMs();
 }
@@ -63,6 +75,10 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       scope_(recordScope(secret)),
       device_(&getDevice(deviceKind(config.deviceType), config.device)) {
   config_.name = nullptr;  // the caller's string: name_ keeps a copy
+  const bool setsReproducible =
+      XCCL_CONFIG_HAS(&config, reproducible) && config.reproducible != XCCL_CONFIG_UNDEF_INT;
+  XCCL_CHECK_ARG(!setsReproducible || config.reproducible == 0 || config.reproducible == 1,
+                 "config.reproducible ", config.reproducible, " must be 0 or 1");
   XCCL_CHECK_ARG(
       config.streamErrors == xcclStreamErrorsFail || config.streamErrors == xcclStreamErrorsReport,
       "invalid streamErrors ", static_cast<int>(config.streamErrors),
@@ -99,6 +115,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   for (auto& c : peers_.connections) conns.push_back(c.get());
   exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.plan.ring(), abort_);
   exchange_->setHosts(topo_.plan.hosts);
+  if (setsReproducible) exchange_->setReproducible(config.reproducible == 1);
   exchange_->setDoorbell(peers_.bell.get());
   const int local = static_cast<int>(std::count(hostIds.begin(), hostIds.end(), hostIds[rank]));
   const int cores = usableCores();

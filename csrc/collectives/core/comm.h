@@ -57,6 +57,10 @@ XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30LL * 60 * 1000, 1, kKnobMax)
 // A communicator's timeout in ms: config->timeout_ms when set (> 0), else XCCL_TIMEOUT_MS.
 // config may be NULL (no config).
 int64_t timeoutMsOf(const xcclConfig_t* config);
+// The caller's config as this library's struct: the fields its header had (config->size, for
+// one made by XCCL_CONFIG_INITIALIZER), the others at their defaults; NULL: the defaults
+// (device -1). The copy is what a communicator keeps.
+xcclConfig_t readConfig(const xcclConfig_t* config);
 
 class Comm {
  public:

@@ -20,7 +20,7 @@ namespace {
 // The child's configuration: the caller's, or else the parent's (same device kind, device,
 // timeout and name).
 xcclConfig_t childConfig(const Comm& parent, const xcclConfig_t* config, const std::string& name) {
-  xcclConfig_t cfg = config != nullptr ? *config : parent.config();
+  xcclConfig_t cfg = config != nullptr ? readConfig(config) : parent.config();
   if (config == nullptr || config->name == nullptr) cfg.name = name.c_str();
   return cfg;
 }
@@ -241,7 +241,7 @@ std::unique_ptr<Comm> growComm(Comm* parent, int nranks, const xcclUniqueId* id,
                    " ranks of the communicator being grown");
     XCCL_CHECK_ARG(rank >= grow.oldRanks && rank < nranks, "rank ", rank, " of a joining process ",
                    "must be from ", grow.oldRanks, " to ", nranks - 1);
-    if (config != nullptr) cfg = *config;
+    if (config != nullptr) cfg = readConfig(config);
   }
   XCCL_INFO(INIT, "rank ", rank, ": grow to ", nranks, " ranks from ", grow.oldRanks, " (",
             parent != nullptr ? "member" : "joining", ")");

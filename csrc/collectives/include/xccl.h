@@ -152,8 +152,15 @@ typedef enum {
 } xcclStreamErrors_t;
 
 /* Optional settings for communicator creation: start from XCCL_CONFIG_INITIALIZER (as
- * NCCL_CONFIG_INITIALIZER) or zero-initialise, then set. */
+ * NCCL_CONFIG_INITIALIZER) or zero-initialise, then set fields by name. The initializer
+ * fills the first three fields (the struct's size, a magic number and the header's version),
+ * so the library reads a field only when the caller's struct holds it: a program built
+ * against an older header keeps working, and a zero-initialised config means every default
+ * (its size and magic are 0). */
 typedef struct {
+  size_t size;                 /* sizeof(xcclConfig_t) of the caller's header; 0 if zeroed */
+  unsigned int magic;          /* XCCL_CONFIG_MAGIC (the initializer's); 0 if zeroed */
+  unsigned int version;        /* XCCL_VERSION_CODE of the caller's header */
   int64_t timeout_ms;          /* per-operation deadline; 0 = XCCL_TIMEOUT_MS (default 30 min) */
   int device;                  /* device ordinal the buffers live on; -1 = current/default */
   const char* name;            /* tag used in logs (e.g. the process-group name); may be NULL */
@@ -166,17 +173,31 @@ typedef struct {
    * xcclGetLastError(comm)). Until then the only calls comm takes are
    * xcclCommGetAsyncError, xcclGetLastError, xcclCommAbort and xcclCommDestroy (both stop the
    * creation within a fraction of a second); any other is xcclInvalidUsage. 1 = creation
-   * returns when done. Read only from a config made with XCCL_CONFIG_INITIALIZER (`magic`
-   * set), where XCCL_CONFIG_UNDEF_INT means XCCL_COMM_BLOCKING (default 1); a
-   * zero-initialised config, or NULL, follows XCCL_COMM_BLOCKING. Operations, splits,
-   * shrinks, grows and xcclCommInitAll are blocking whatever the setting. */
+   * returns when done. XCCL_CONFIG_UNDEF_INT (the initializer's), or a zero-initialised or
+   * NULL config: XCCL_COMM_BLOCKING (default 1). Operations, splits, shrinks, grows and
+   * xcclCommInitAll are blocking whatever the setting. */
   int blocking;
-  unsigned int magic; /* XCCL_CONFIG_MAGIC: made with XCCL_CONFIG_INITIALIZER */
+  /* 1: every reduction (allreduce, reduce, reducescatter(v)) returns, bit for bit, the left
+   * fold of the inputs in rank order, ((in0 op in1) op in2) ..., whatever the size, the
+   * algorithm, the transports or the hosts the ranks live on (docs/ALGORITHMS.md,
+   * "Determinism"); 0: the fastest algorithm (every rank still gets the same bits).
+   * XCCL_CONFIG_UNDEF_INT (the initializer's), or a zero-initialised or NULL config:
+   * XCCL_REPRODUCIBLE. Children (split, shrink, grow) made with a NULL config keep the
+   * parent's. */
+  int reproducible;
 } xcclConfig_t;
 #define XCCL_CONFIG_UNDEF_INT INT_MIN
 #define XCCL_CONFIG_MAGIC 0x78636366u
-#define XCCL_CONFIG_INITIALIZER \
-  { 0, -1, NULL, xcclDeviceDefault, xcclStreamErrorsFail, XCCL_CONFIG_UNDEF_INT, XCCL_CONFIG_MAGIC }
+#define XCCL_CONFIG_INITIALIZER                                                                 \
+  {                                                                                             \
+    sizeof(xcclConfig_t), XCCL_CONFIG_MAGIC, XCCL_VERSION_CODE, 0, -1, NULL, xcclDeviceDefault, \
+        xcclStreamErrorsFail, XCCL_CONFIG_UNDEF_INT, XCCL_CONFIG_UNDEF_INT                      \
+  }
+/* Whether `cfg` (non-NULL) holds `field` with a value its caller set: made by the initializer
+ * of a header that has the field. For the library and for wrappers. */
+#define XCCL_CONFIG_HAS(cfg, field)     \
+  ((cfg)->magic == XCCL_CONFIG_MAGIC && \
+   (cfg)->size >= offsetof(xcclConfig_t, field) + sizeof(((xcclConfig_t*)0)->field))
 
 /* ---- version, errors ---- */
 XCCL_API xcclResult_t xcclGetVersion(int* version);

@@ -275,6 +275,13 @@ std::string htmlPage(const System& sys, const std::vector<Place>* places, const 
     for (size_t i = 0; i < ring.size(); ++i) {
       auto [xa, ya] = where(ring[i]);
       auto [xb, yb] = where(ring[(i + 1) % ring.size()]);
+      // Beside the link it follows, not on it (8 px to the left of the step's direction):
+      // the pointer reaches both, each with its own title; a 2-rank ring's two steps part.
+      const double len = std::hypot(xb - xa, yb - ya);
+      if (len > 0) {
+        const double ox = -(yb - ya) / len * 8, oy = (xb - xa) / len * 8;
+        xa += ox, xb += ox, ya += oy, yb += oy;
+      }
       svg << "<line x1='" << xa << "' y1='" << ya << "' x2='" << xb << "' y2='" << yb
           << "' stroke='#6a3d9a' stroke-dasharray='6 4' stroke-width='2' marker-end='url(#arrow)'>"
           << "<title>ring step " << i << ": rank " << ring[i] << " to "
