@@ -359,10 +359,31 @@ def test_topology_page_with_ring_in_chromium(browser, tmp_path):
     s = page.eval(SVG_JS)
     where = devices_of(s)
     rank_at = {pos: (0 if h == "alpha" else 4) + i for pos, (h, i) in where.items()}
-    steps = sorted((int(m.group(1)), rank_at[(ln["x1"], ln["y1"])], rank_at[(ln["x2"], ln["y2"])])
+
+    def rank_near(x, y):
+        """The rank whose device is within 10 px: an arrow runs 8 px beside the link it follows."""
+        [r] = [r for (px, py), r in rank_at.items() if (px - x) ** 2 + (py - y) ** 2 <= 100]
+        return r
+
+    steps = sorted((int(m.group(1)), rank_near(ln["x1"], ln["y1"]), rank_near(ln["x2"], ln["y2"]))
                    for ln in s["links"] for m in [re.match(r"ring step (\d+): ", ln["title"])] if m)
     assert steps == [(k, k, (k + 1) % 8) for k in range(8)], steps
     assert all(ln["dashed"] for ln in s["links"] if ln["title"].startswith("ring step"))
+    # With the ring drawn, the pointer still reaches every link (kind and speed) and every
+    # arrow (its step): neither covers the other. An arrow is dashed (6 on, 4 off), so it is
+    # pointed at 3 px into the dash nearest its middle.
+    left, top = page.eval("(() => { const r = document.querySelector('svg').getBoundingClientRect();"
+                          " return [r.left, r.top]; })()")
+    for ln in s["links"]:
+        if ln["dashed"]:
+            dx, dy = ln["x2"] - ln["x1"], ln["y2"] - ln["y1"]
+            length = (dx * dx + dy * dy) ** 0.5
+            t = ((length / 2) // 10 * 10 + 3) / length
+            point = (left + ln["x1"] + t * dx, top + ln["y1"] + t * dy)
+        else:
+            point = ln["mid"]
+        page.move_mouse(*point)
+        assert page.eval(HOVERED_JS) == {"tag": "line", "title": ln["title"]}, ln
 
 
 # ---------------------------------------------------------------- the results page
