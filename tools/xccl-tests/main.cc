@@ -240,6 +240,11 @@ void readIdFile(const std::string& path, RankSetup* s, int timeoutSec) {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   Options o = xt::parseOptions(argc, argv);
+  if (o.reproducible) {
+    // Read by libxccl when each communicator is made (forked ranks inherit it).
+    setenv("XCCL_REPRODUCIBLE", "1", 1);
+    xt::setReproducible(true);
+  }
   Launcher l = detectLauncher();
   bool multiHost = l.source && l.world > 1;
   if (multiHost && o.nprocs > 1) {

@@ -181,6 +181,11 @@ std::vector<Spec> makeSpecs(Options& o, bool* help) {
        "memory), each registered with the communicator (xcclCommRegister): messages of "
        "XCCL_PEER_READ_MIN bytes or more are read in place (docs/MEMORY.md)",
        [&o](const std::string&) { o.memAlloc = true; }},
+      {0, "reproducible", nullptr,
+       "run with XCCL_REPRODUCIBLE=1 and check every floating reduction bit for bit against the "
+       "left fold of the inputs in rank order, each step rounded to the type, on inputs of "
+       "many magnitudes (where another order gives other bits); docs/ALGORITHMS.md",
+       [&o](const std::string&) { o.reproducible = true; }},
       {0, "inject-fault", nullptr,
        "self-test of the checker: the last rank corrupts one element "
        "of every out-of-place result and one guard byte; every such check must then fail",

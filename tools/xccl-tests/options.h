@@ -42,8 +42,9 @@ struct Options {
   bool conformance = false;
   bool verbose = false;
   bool injectFault = false;
-  bool memAlloc = false;  // --mem-alloc: buffers from xcclMemAlloc, registered with the comm
-  int killRank = -1;      // --kill R[:N]: rank R dies before case N; the others shrink and go on
+  bool reproducible = false;  // --reproducible: XCCL_REPRODUCIBLE=1, references checked bit for bit
+  bool memAlloc = false;      // --mem-alloc: buffers from xcclMemAlloc, registered with the comm
+  int killRank = -1;  // --kill R[:N]: rank R dies before case N; the others shrink and go on
   int killCase = 1;
   std::string device =
       "host";  // -D/--device: "host" (host memory), "xdev" or "cuda" (device memory, streams)

@@ -263,8 +263,18 @@ bool sameBits(const void* a, const void* b, xcclDataType_t t, size_t idx) {
                      es) == 0;
 }
 
+namespace {
+bool gReproducible = false;
+}  // namespace
+
+void setReproducible(bool on) { gReproducible = on; }
+bool reproducible() { return gReproducible; }
+
 Domain domainFor(bool hasOp, xcclRedOp_t op) {
   if (!hasOp) return Domain::kMinMax;
+  if (gReproducible && (op == xcclSum || op == xcclAvg || op == xcclPremulSum || op == xcclProd)) {
+    return Domain::kWide;
+  }
   switch (op) {
     case xcclSum:
     case xcclAvg:
@@ -306,6 +316,16 @@ Value Generator::at(int rank, uint64_t idx) const {
     return roundTo(t_, v);  // truncates to the type's width (and sign-extends)
   }
   static const double kProd[] = {1, -1, 2, -2, 0.5, -0.5};
+  if (d_ == Domain::kWide) {
+    // A 12-bit mantissa times 2^e: e in [-8, 8] (the 8-bit floats: [-3, 3]), rounded to the
+    // type below; sums of a few of them round differently in different orders.
+    const bool fp8 = t_ == xcclFloat8e4m3 || t_ == xcclFloat8e5m2;
+    const int spread = fp8 ? 3 : 8;
+    const double m = 1.0 + static_cast<double>((h >> 20) & 0xfff) / 4096.0;
+    const int e = static_cast<int>((h >> 8) % static_cast<uint64_t>(2 * spread + 1)) - spread;
+    v.f = ((h & 1) != 0 ? -m : m) * std::ldexp(1.0, e);
+    return roundTo(t_, v);
+  }
   auto centered = [&](uint64_t range) {  // uniform integer in [-(range/2), range/2]
     return static_cast<double>(static_cast<int64_t>(h % range) - static_cast<int64_t>(range / 2));
   };
@@ -435,6 +455,25 @@ Expected Reducer::at(uint64_t idx) const {
     e.v = res;
     return e;
   }
+  if (gReproducible && op_ != xcclMax && op_ != xcclMin) {
+    // The left fold in rank order, each step computed in double and rounded to t: what the
+    // library's kernels give (half types compute in float; double then rounding to t gives
+    // the same bits for + and * and /, as 53 >= 2p + 2 for every p here).
+    auto input = [&](int r) {
+      double x = gen_.at(r, idx).f;
+      if (op_ == xcclPremulSum) x = roundTo(t, Value{0, x * scalar_.f}).f;
+      return x;
+    };
+    double acc = input(0);
+    for (int r = 1; r < nranks_; ++r) {
+      const double x = input(r);
+      acc = roundTo(t, Value{0, op_ == xcclProd ? acc * x : acc + x}).f;
+    }
+    if (op_ == xcclAvg) acc = roundTo(t, Value{0, acc / nranks_}).f;
+    e.v.f = acc;
+    e.exactBits = true;
+    return e;
+  }
   double u = ti.unitRoundoff;
   double acc = op_ == xcclProd ? 1.0 : 0.0, absSum = 0;
   double mm = gen_.at(0, idx).f;
@@ -483,6 +522,12 @@ Expected Reducer::at(uint64_t idx) const {
 bool matches(const void* buf, xcclDataType_t t, size_t idx, const Expected& e) {
   Value got = load(buf, t, idx);
   if (typeInfo(t).kind != Kind::kFloat) return got.i == e.v.i;
+  if (e.exactBits) {
+    char want[8] = {0};
+    store(want, t, 0, e.v);
+    return std::memcmp(static_cast<const char*>(buf) + idx * typeInfo(t).size, want,
+                       typeInfo(t).size) == 0;
+  }
   if (std::isnan(got.f)) return false;
   if (got.f == e.v.f) return true;  // includes infinities
   return std::fabs(got.f - e.v.f) <= e.tol;

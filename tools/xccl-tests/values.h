@@ -61,8 +61,14 @@ void store(void* buf, xcclDataType_t t, size_t idx, Value v);
 Value roundTo(xcclDataType_t t, Value v);
 bool sameBits(const void* a, const void* b, xcclDataType_t t, size_t idx);
 
-enum class Domain { kSum, kProd, kMinMax, kBits };
+// kWide (--reproducible, floating sums and products): values of many magnitudes, so that the
+// order of a fold changes its bits.
+enum class Domain { kSum, kProd, kMinMax, kBits, kWide };
 Domain domainFor(bool hasOp, xcclRedOp_t op);
+// --reproducible: floating sums and products draw kWide inputs, and Reducer gives the left
+// fold in rank order, each step rounded to the type, to be matched bit for bit.
+void setReproducible(bool on);
+bool reproducible();
 
 class Generator {
  public:
@@ -87,7 +93,8 @@ Value premulScalar(xcclDataType_t t);
 // Host reference of a reduction over ranks 0..nranks-1 of the inputs at one index.
 struct Expected {
   Value v;
-  double tol = 0;  // floating types: allowed |got - v.f|
+  double tol = 0;          // floating types: allowed |got - v.f|
+  bool exactBits = false;  // floating types: the stored bits of v must match (--reproducible)
 };
 
 class Reducer {
