@@ -228,10 +228,11 @@ xcclResult_t Comm::query(uint64_t id) const {
 
 int64_t Comm::doneNs(uint64_t id) const {
   const DoneTime& t = doneTimes_[id % kDoneTimes];
-  if (t.id.load(std::memory_order_acquire) != id) return -1;
-  const int64_t ns = t.ns.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return t.id.load(std::memory_order_relaxed) == id ? ns : -1;
+  // Sequentially consistent loads and stores (the writer's three, these three): the time read
+  // between two reads of the same id is that id's.
+  if (t.id.load() != id) return -1;
+  const int64_t ns = t.ns.load();
+  return t.id.load() == id ? ns : -1;
 }
 
 xcclResult_t Comm::wait(uint64_t id, int64_t timeoutMs) {
@@ -364,10 +365,9 @@ void Comm::finish(OpEntry& op, bool endsTurn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     DoneTime& t = doneTimes_[op.id % kDoneTimes];
-    t.id.store(0, std::memory_order_relaxed);  // a reader between the two stores sees "gone"
-    std::atomic_thread_fence(std::memory_order_release);
-    t.ns.store(steadyNs(), std::memory_order_relaxed);
-    t.id.store(op.id, std::memory_order_release);
+    t.id.store(0);  // a reader between the stores sees "gone" (doneNs)
+    t.ns.store(steadyNs());
+    t.id.store(op.id);
     completed_.store(op.id, std::memory_order_release);
     if (endsTurn) {
       endTurnLocked();
