@@ -35,6 +35,7 @@ import uuid
 import pytest
 
 from harness import REPO
+from procs import kill_marked
 
 CHROMIUM = next((p for p in map(shutil.which, ["chromium", "chromium-browser", "google-chrome"]) if p),
                 None)
@@ -183,19 +184,6 @@ class Page:
         with open(path, "w") as f:
             f.write(self.eval("document.documentElement.outerHTML"))
         print(f"artefact: {path}")
-
-
-def kill_marked(name, marker):
-    needle = f"{name}={marker}".encode()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
 
 
 @pytest.fixture

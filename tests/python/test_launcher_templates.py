@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 import netns
+from procs import finish, kill_marked
 from harness import REPO, free_port
 
 LAUNCHER = os.path.join(REPO, "launcher")
@@ -42,22 +43,6 @@ NO_MPIRUN = "" if shutil.which("mpirun") else "mpirun not installed (apt-get ins
 
 # ---------------------------------------------------------------- helpers
 
-def kill_marked(marker):
-    """SIGKILL every process whose environment carries TEST_TEMPLATE_MARKER=marker: the ones
-    this test started, wherever they were re-parented (torchrun's workers start sessions of
-    their own, mpirun's ranks hang off its daemons)."""
-    needle = f"TEST_TEMPLATE_MARKER={marker}".encode()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
-
-
 @contextlib.contextmanager
 def marked():
     """A marker for this test's processes; they are killed on the way out."""
@@ -65,23 +50,7 @@ def marked():
     try:
         yield marker
     finally:
-        kill_marked(marker)
-
-
-def finish(procs, timeout):
-    """[(returncode, output)] of Popen objects (stdout=PIPE, stderr merged); the first timeout
-    fails the test with what each process had said."""
-    outs = []
-    for p in procs:
-        try:
-            text, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            texts = [q.communicate(timeout=10)[0] for q in procs]
-            pytest.fail(f"timed out after {timeout} s:\n" + "\n----\n".join(t[-3000:] for t in texts))
-        outs.append((p.returncode, text))
-    return outs
+        kill_marked("TEST_TEMPLATE_MARKER", marker)
 
 
 def popen(cmd, env, cwd=REPO, host=None):

@@ -5,14 +5,17 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 import netns
 from harness import free_port, run_world
+from procs import finish, kill_marked
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "repro_ddp.py")
+MARKER = "TEST_REPRODUCIBLE_MARKER"  # in the environment of every process a DDP run starts
 
 
 def fold_worker(rank, world, device):
@@ -73,26 +76,26 @@ def hashes(text):
     return found["0"]
 
 
-def run(procs, timeout=150):
-    text = ""
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        text += out
-        assert p.returncode == 0, out[-4000:]
-    return text
+def run(procs, marker, timeout=150):
+    """Every process's output; a failure or the timeout fails the test, and every process
+    this test started (torchrun's workers included) is killed on the way out."""
+    try:
+        outs = finish(procs, timeout)
+    finally:
+        kill_marked(MARKER, marker)
+    for rc, out in outs:
+        assert rc == 0, out[-4000:]
+    return "".join(out for _, out in outs)
 
 
 def one_host(reproducible):
-    env = dict(os.environ, OMP_NUM_THREADS="1", XCCL_REPRODUCIBLE=reproducible)
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, OMP_NUM_THREADS="1", XCCL_REPRODUCIBLE=reproducible,
+               **{MARKER: marker})
     port = free_port()
     p = subprocess.Popen(torchrun(1, 0, "127.0.0.1", port, 4, env), env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    return hashes(run([p]))
+    return hashes(run([p], marker))
 
 
 @pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "ok")
@@ -102,13 +105,14 @@ def test_ddp_parameters_are_the_same_on_one_host_and_on_two():
     (TCP across, hierarchical by default). With XCCL_REPRODUCIBLE=1 the parameters after three
     steps have the same sha256; without it the one-host run differs (the ring's order), which
     is what makes the comparison able to fail."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", XCCL_REPRODUCIBLE="1")
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, OMP_NUM_THREADS="1", XCCL_REPRODUCIBLE="1", **{MARKER: marker})
     env.pop("XCCL_NODE_ID", None)
     with netns.hosts(2, "r", switch=False) as hs:
         port = 29631
         procs = [h.popen(torchrun(2, i, hs[0].addr, port, 2, env), env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                  for i, h in enumerate(hs)]
-        across = hashes(run(procs))
+        across = hashes(run(procs, marker))
     assert one_host("1") == across
     assert one_host("0") != across
