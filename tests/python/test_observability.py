@@ -79,3 +79,13 @@ def test_blocking_creation_waits_for_a_late_peer():
     r0, r1 = run_world(w.late_peer_init, 2, timeout=80, init=False, port=free_port(), late_s=1.5)
     assert r0["sum"] == [3.0] * 4, r0
     assert r0["init_s"] >= 1.0, r0
+
+
+@pytest.mark.timeout(90)
+def test_nonblocking_creation_that_fails_raises_at_the_first_operation(env):
+    env(TORCH_XCCL_USE_COMM_NONBLOCKING="1")
+    r0, _ = run_world(w.lonely_nonblocking_init, 2, timeout=80, init=False, port=free_port())
+    assert r0["init_s"] < 1.0, r0
+    assert r0["error"] and "xccl init (non-blocking)" in r0["error"], r0
+    assert "rank 0 of 2" in r0["error"], r0
+    assert r0["error_s"] < 30, r0  # the creation's deadline (3 s) plus slack, not a hang

@@ -111,3 +111,20 @@ def late_peer_init(rank, world, port, late_s):
     out = {"init_s": init_s, "sum": t.tolist()}
     dist.destroy_process_group()
     return out
+
+
+def lonely_nonblocking_init(rank, world, port):
+    """Rank 1 never joins. Rank 0's init_process_group returns at once (non-blocking
+    creation); its first collective raises the creation's failure once the group's timeout
+    (3 s) passes. What rank 0 saw: init seconds, the error, and its seconds."""
+    if rank == 1:
+        return None
+    timeout = datetime.timedelta(seconds=3)
+    store = dist.TCPStore("127.0.0.1", port, world, True, timeout=datetime.timedelta(seconds=30),
+                          wait_for_workers=False)
+    t0 = time.monotonic()
+    dist.init_process_group("xccl", store=store, rank=0, world_size=world, timeout=timeout)
+    init_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    err = _error(lambda: dist.all_reduce(torch.ones(4)))
+    return {"init_s": init_s, "error": err, "error_s": time.monotonic() - t0}
