@@ -241,10 +241,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launc
     target.stream = XCCL_STREAM_CALLER;
     const auto t0 = std::chrono::steady_clock::now();
     Enqueued e = enqueueOn(*l.dc->state, target, op.enqueue, /*recordEvent=*/false);
-    if (timing_) {
-      l.work->timed_ = true;
-      l.work->callerTimes_.emplace(t0, std::chrono::steady_clock::now());
-    }
+    if (timing_) l.work->callerTimes_.emplace(t0, std::chrono::steady_clock::now());
     if (!e.open) {
       const std::string why = std::string("xccl ") + op.name + ": " + l.dc->state->reason();
       takeBack(l, why);
@@ -281,7 +278,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnStream(Op& op, Launch& l) 
       auto start = std::make_shared<DeviceEvent>(l.device, /*timing=*/true);
       start->record(*l.dc->stream);
       if (!coalescing_) {
-        l.work->timed_ = true;
         l.work->startOnDevice_ = std::move(start);
       } else if (!coalescedStartOnDevice_) {
         coalescedStartOnDevice_ = std::move(start);  // the block's first device operation
@@ -317,7 +313,6 @@ bool ProcessGroupXCCL::enqueueAndRecord(const Op& op, Launch& l, const Target& t
   const bool timeOnHost = timing_ && !coalescing_ && !isAccelerator(l.device);
   Enqueued e = enqueueOn(*l.dc->state, target, op.enqueue, /*recordEvent=*/!coalescing_,
                          timeOnHost ? &l.work->startEvent_ : nullptr);
-  if (timeOnHost) l.work->timed_ = l.work->startEvent_.has_value();
   if (!e.open) throwDist(std::string("xccl ") + op.name + ": " + l.dc->state->reason());
   if (e.r != xcclSuccess) {
     throwDist(std::string("xccl ") + op.name + ": " + libError(e.r, e.detail.c_str()));
@@ -399,10 +394,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
   if (timing_) {
     if (dc->stream) {
       end->startOnDevice_ = std::move(coalescedStartOnDevice_);
-      end->timed_ = end->startOnDevice_ != nullptr;
-    } else if (coalescedStart_) {
+    } else {
       end->startEvent_ = coalescedStart_;
-      end->timed_ = true;
     }
   }
   {

@@ -111,7 +111,7 @@ WorkXCCL::WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq
       hostBlocking_(hostBlocking) {}
 
 float WorkXCCL::getDuration() const {
-  TORCH_CHECK(timed_, "xccl ", opName_,
+  TORCH_CHECK(callerTimes_ || startOnDevice_ || startEvent_, "xccl ", opName_,
               ": _get_duration() needs TORCH_XCCL_ENABLE_TIMING=1 in the environment when the "
               "process group is made");
   if (callerTimes_) {
@@ -123,7 +123,8 @@ float WorkXCCL::getDuration() const {
                 ": _get_duration() before the operation completed (wait() for it first)");
     return startOnDevice_->elapsedMs(*end_);
   }
-  TORCH_CHECK(startEvent_ && hasEvent_.load(), "xccl ", opName_, ": this operation was not timed");
+  TORCH_CHECK(hasEvent_.load(), "xccl ", opName_,
+              ": _get_duration() before the operation completed (wait() for it first)");
   float ms = 0;
   xcclResult_t r = xcclInternalError;
   std::string detail;

@@ -226,8 +226,7 @@ class WorkXCCL : public c10d::Work {
   std::shared_ptr<DeviceEvent> end_;  // passes when the operation and its post step are done
   bool hostBlocking_ = false;
   bool futureMarked_ = false;  // device futures are completed at launch
-  // TORCH_XCCL_ENABLE_TIMING (set at launch): which of the three clocks timed it.
-  bool timed_ = false;
+  // TORCH_XCCL_ENABLE_TIMING (set at launch): the one of the three clocks that timed it.
   std::optional<std::pair<std::chrono::steady_clock::time_point,
                           std::chrono::steady_clock::time_point>>
       callerTimes_;                             // ran on the caller: start, end

@@ -117,6 +117,13 @@ void foldRound(Exchange& ex, const CollArgs& args, SendPiece&& sendPiece,
   ex.wait([&] { return left == 0 && advance(); });
 }
 
+// The elements of each rank's block.
+std::vector<size_t> sizesOf(const Blocks& b) {
+  std::vector<size_t> v(b.nblocks);
+  for (int r = 0; r < b.nblocks; ++r) v[r] = b.size(r);
+  return v;
+}
+
 void allreduceRun(Exchange& ex, const CollArgs& args) {
   const int n = ex.nranks(), me = ex.rank();
   const size_t es = dtypeSize(args.dtype);
@@ -125,8 +132,7 @@ void allreduceRun(Exchange& ex, const CollArgs& args) {
     const Blocks b{std::min(perRound, args.count - off), n};
     const char* send = at(args.sendbuf, off * es);
     char* recv = at(args.recvbuf, off * es);
-    std::vector<size_t> elems(n);
-    for (int r = 0; r < n; ++r) elems[r] = b.size(r);
+    const std::vector<size_t> elems = sizesOf(b);
     char* myBlock = recv + b.first(me) * es;
     // The other owners' folded blocks come back into recvbuf. In place, block p of recvbuf
     // is also what I send p: p's folded slice k can only exist after my slice k reached p.
@@ -157,8 +163,7 @@ void reduceRun(Exchange& ex, const CollArgs& args) {
   for (size_t off = 0; off < args.count; off += perRound) {
     const Blocks b{std::min(perRound, args.count - off), n};
     const char* send = at(args.sendbuf, off * es);
-    std::vector<size_t> elems(n);
-    for (int r = 0; r < n; ++r) elems[r] = b.size(r);
+    const std::vector<size_t> elems = sizesOf(b);
     char* myBlock = me == root ? at(args.recvbuf, (off + b.first(me)) * es) : folded.get();
     auto rootReceives = [&](int peer) {
       if (me == root && elems[peer] > 0) {

@@ -199,12 +199,8 @@ const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
   const std::string& forced = forcedName(args.type, ex);
   if (!forced.empty()) {
     const Algorithm* a = findAlgorithm(args.type, forced);
-    if (ex.tuning().reproducible && isReduction(args.type) && !a->ordered) {
-      throw InvalidUsage(strCat("XCCL_ALGO forces ", collName(args.type), " algorithm '", forced,
-                                "', which does not fold the inputs in rank order, and "
-                                "XCCL_REPRODUCIBLE=1 asks for that fold: force 'ordered' or "
-                                "'direct', or unset one of the two"));
-    }
+    // (a forced algorithm that cannot fold in rank order under XCCL_REPRODUCIBLE was refused
+    // when the communicator was made: checkReproducible)
     if (!a->supports(args, ex)) {
       throw InvalidUsage(strCat("XCCL_ALGO forces ", collName(args.type), " algorithm '", forced,
                                 "', which declines this call (", describeSize(args, ex),

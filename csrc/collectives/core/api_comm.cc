@@ -33,8 +33,6 @@ bool blockingOf(const xcclConfig_t* config) {
   return xcclParamCommBlocking() != 0;
 }
 
-xcclConfig_t configOf(const xcclConfig_t* config) { return readConfig(config); }
-
 // Makes one rank's communicator: make(cancel) returns it (cancel: null when blocking). At once
 // (returns false), or, non-blocking, on a thread that owns a copy of everything it reads but
 // the caller's store callbacks (returns true: the caller answers xcclInProgress).
@@ -77,7 +75,7 @@ void checkRankOf(int rank, int nranks) {
 struct OwnedConfig {
   xcclConfig_t cfg;
   std::string name;
-  explicit OwnedConfig(const xcclConfig_t* config) : cfg(configOf(config)) {
+  explicit OwnedConfig(const xcclConfig_t* config) : cfg(readConfig(config)) {
     if (cfg.name != nullptr) name = cfg.name;
   }
   xcclConfig_t get() const {
