@@ -69,3 +69,17 @@ def test_ddp_step_that_loses_a_peer_raises_before_any_parameter_changes():
         assert r["raised"]["dist_error"], r["raised"]
         assert not any(r["changed"]), f"rank {rank}: parameters changed: {r['changed']}"
     assert results[0]["sums_before"] == results[1]["sums_before"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("device", ["xdev", "cpu"])
+def test_reproducible_reductions_raise_too(monkeypatch, device):
+    """XCCL_REPRODUCIBLE=1: the reductions run on the 'ordered' algorithms (a rank-order fold
+    out of the transport, step by step), and a peer killed with them in flight fails every
+    read of their outputs all the same."""
+    for k, v in HEARTBEAT.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("XCCL_REPRODUCIBLE", "1")
+    results = run_world(workers_failures.in_flight, 3, timeout=100, allow_exit=(2,),
+                        pg_timeout_s=30, how="kill", device=device, size=workers_failures.BIG)
+    check_survivors(results, 3)
