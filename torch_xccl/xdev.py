@@ -187,8 +187,9 @@ class device_of(device):
 
 
 def synchronize(device: _DeviceLike = None) -> None:
-    """Wait for all work queued on every stream of ``device``."""
-    torch.accelerator.synchronize(_index(device))
+    """Wait for all work queued on every stream of ``device``; raises the first stream's
+    error (a failed collective, a host function that threw)."""
+    _C._synchronize(_index(device))
 
 
 def clear_errors(device: _DeviceLike = None) -> None:

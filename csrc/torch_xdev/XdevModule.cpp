@@ -48,6 +48,19 @@ PYBIND11_MODULE(_xdev_C, m) {
       },
       "Queue a host function that sleeps `ms` milliseconds on the current stream (tests)");
   m.def("_stream_pool_size", [] { return kStreamPoolSize; });
+  // torch.xdev.synchronize: straight to the runtime. torch.accelerator.synchronize() returns
+  // without doing anything until torch has lazily initialised the device type, which only
+  // its Python tensor factories do (a tensor made in C++, e.g. by symm_mem.empty, is not).
+  m.def("_synchronize", [](int d) {
+    py::gil_scoped_release nogil;
+    auto synchronizeDevice = [](int device) {
+      c10::DeviceIndex prev = exchangeDevice(static_cast<c10::DeviceIndex>(device));
+      xdevError_t e = xdevDeviceSynchronize();
+      exchangeDevice(prev);
+      return e;
+    };
+    XDEV_CHECK(synchronizeDevice(d));
+  });
   m.def(
       "_clear_errors",
       [](int d) {

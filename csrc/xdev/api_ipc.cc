@@ -73,7 +73,7 @@ xdevError_t xdevIpcOpenMemHandle(void** devPtr, xdevIpcMemHandle_t handle, unsig
       *devPtr = rt.memory().ownByte(ref);
       return xdevSuccess;
     }
-    *devPtr = rt.memory().openPeer(static_cast<int>(w.pid), ref);
+    *devPtr = rt.memory().openPeer(rt.currentDevice(), static_cast<int>(w.pid), ref);
     return xdevSuccess;
   });
 }

@@ -131,7 +131,7 @@ PeerSegments::~PeerSegments() {
   }
 }
 
-void* PeerSegments::open(int ownerPid, const ArenaRef& ref) {
+void* PeerSegments::open(int ownerPid, const ArenaRef& ref, std::pair<void*, size_t>* fresh) {
   XDEV_REQUIRE(ownerPid > 0 && ref.segmentId != 0 && ref.fd >= 0 && ref.segmentBytes > 0 &&
                    ref.segmentBytes <= kMaxSegment && ref.offset < ref.segmentBytes,
                xdevErrorInvalidValue, "malformed IPC memory handle (segment ", ref.segmentId,
@@ -148,6 +148,7 @@ void* PeerSegments::open(int ownerPid, const ArenaRef& ref) {
       throw Failure(xdevErrorInvalidResourceHandle, e.what());
     }
     it = mapped_.emplace(key, Mapped{m.fd, m.base, m.bytes}).first;
+    if (fresh != nullptr) *fresh = {m.base, m.bytes};
   }
   XDEV_REQUIRE(it->second.bytes == ref.segmentBytes, xdevErrorInvalidValue,
                "IPC memory handle of segment ", ref.segmentId, " with ", ref.segmentBytes,

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace xdev {
@@ -71,7 +72,9 @@ class PeerSegments {
   ~PeerSegments();
   // Throws Failure(xdevErrorInvalidValue) for a malformed reference, Failure(
   // xdevErrorMapFailed) when the owner's segment cannot be opened (it exited).
-  void* open(int ownerPid, const ArenaRef& ref);
+  // `fresh`, when given, receives the mapping's base and size if this call made it (NULL
+  // base when the segment was mapped before).
+  void* open(int ownerPid, const ArenaRef& ref, std::pair<void*, size_t>* fresh = nullptr);
 
  private:
   struct Mapped {

@@ -76,8 +76,10 @@ void Memory::free(void* ptr, xdevMemoryType type, xdevError_t code) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-    XDEV_REQUIRE(it != blocks_.end() && it->second.type == type, code, "pointer ", ptr,
-                 " is not the start of a live allocation of that kind (freed twice?)");
+    XDEV_REQUIRE(it != blocks_.end() && it->second.type == type && !it->second.peer, code,
+                 "pointer ", ptr,
+                 " is not the start of a live allocation of that kind (freed "
+                 "twice, or a peer's memory?)");
     charged = it->second.charged;
     if (type == xdevMemoryTypeDevice) used_[it->second.device] -= charged;
     blocks_.erase(it);
@@ -96,12 +98,25 @@ ArenaRef Memory::share(const void* ptr, size_t* bytesLeft) {
     auto it = find(p);
     XDEV_REQUIRE(it != blocks_.end() && it->second.type == xdevMemoryTypeDevice,
                  xdevErrorInvalidDevicePointer, "pointer ", ptr, " is not device memory");
+    XDEV_REQUIRE(!it->second.peer, xdevErrorInvalidDevicePointer, "pointer ", ptr,
+                 " is another process's device memory mapped here; only its owner shares it");
     *bytesLeft = it->second.size - (p - it->first);
   }
   ArenaRef ref;
   XDEV_REQUIRE(arena_.locate(ptr, &ref), xdevErrorInternal, "device pointer ", ptr,
                " is outside every memory segment");
   return ref;
+}
+
+void* Memory::openPeer(int device, int ownerPid, const ArenaRef& ref) {
+  std::pair<void*, size_t> fresh{nullptr, 0};
+  std::lock_guard<std::mutex> lock(mu_);  // registered before any opener sees the pointer
+  void* p = peers_.open(ownerPid, ref, &fresh);
+  if (fresh.first != nullptr) {
+    blocks_[reinterpret_cast<uintptr_t>(fresh.first)] =
+        Block{fresh.second, 0, device, xdevMemoryTypeDevice, true};
+  }
+  return p;
 }
 
 xdevPointerAttributes Memory::attributes(const void* ptr) {

@@ -40,7 +40,10 @@ class Memory {
   // its allocation from ptr on; throws Failure(xdevErrorInvalidDevicePointer) for a pointer
   // that is not device memory. open(): a peer's byte, mapped in this process.
   ArenaRef share(const void* ptr, size_t* bytesLeft);
-  void* openPeer(int ownerPid, const ArenaRef& ref) { return peers_.open(ownerPid, ref); }
+  // A peer's segment, once mapped here, is registered as device memory of `device` (the
+  // opener's current device, as CUDA's peer access makes it addressable from there): copies
+  // and kernels take it as device memory, xdevFree and xdevIpcGetMemHandle refuse it.
+  void* openPeer(int device, int ownerPid, const ArenaRef& ref);
   void* ownByte(const ArenaRef& ref) {
     void* p = arena_.byteOf(ref);
     XDEV_REQUIRE(p != nullptr, xdevErrorInvalidValue,
@@ -57,6 +60,7 @@ class Memory {
     size_t charged;  // bytes counted against the device (rounded up to kAlignment)
     int device;
     xdevMemoryType type;
+    bool peer = false;  // a peer's segment mapped here (openPeer), not ours to free or share
   };
   void* allocate(int device, size_t bytes, xdevMemoryType type);
   // The block containing ptr, or end(). Caller holds mu_.

@@ -10,16 +10,17 @@ namespace {
 
 thread_local Stream* tlsWorkerOf = nullptr;
 
-// Runs task; false if it threw.
-bool runTask(Task& task, uint64_t streamId) {
+// Runs task; false if it threw, with what it said in *why.
+bool runTask(Task& task, uint64_t streamId, std::string* why) {
   try {
     task();
     return true;
   } catch (const std::exception& e) {
-    reportWarn(strCat("stream ", streamId, ": host function threw: ", e.what()));
+    *why = e.what();
   } catch (...) {
-    reportWarn(strCat("stream ", streamId, ": host function threw"));
+    *why = "an exception that is not a std::exception";
   }
+  reportWarn(strCat("stream ", streamId, ": host function threw: ", *why));
   return false;
 }
 
@@ -82,9 +83,10 @@ uint64_t Stream::enqueue(Task task, bool skippable) {
   if (abandoned_) {  // process exit: no worker any more, run it here
     uint64_t pos = ++enqueued_;
     lock.unlock();
-    bool ok = runTask(task, id_);
+    std::string why;
+    bool ok = runTask(task, id_, &why);
     lock.lock();
-    if (!ok) error_ = xdevErrorLaunchFailure;
+    noteThrowLocked(ok, why);
     countOneLocked(lock);
     return pos;
   }
@@ -157,6 +159,12 @@ void Stream::waitFor(uint64_t pos) {
   doneCv_.wait(lock, [&] { return completed_ >= pos || abandoned_; });
 }
 
+void Stream::noteThrowLocked(bool ok, const std::string& why) {
+  if (ok || error_ != xdevSuccess) return;  // the first one is the one reported
+  error_ = xdevErrorLaunchFailure;
+  thrown_ = why;
+}
+
 xdevError_t Stream::error() {
   std::lock_guard<std::mutex> lock(mu_);
   if (error_ != xdevSuccess) return error_;
@@ -170,7 +178,7 @@ std::string Stream::failureAt(uint64_t pos) {
 
 void Stream::check(uint64_t pos) {
   std::unique_lock<std::mutex> lock(mu_);
-  XDEV_REQUIRE(error_ == xdevSuccess, error_, "stream ", id_, ": a host function threw");
+  XDEV_REQUIRE(error_ == xdevSuccess, error_, "stream ", id_, ": a host function threw: ", thrown_);
   XDEV_REQUIRE(failedAt_ == 0 || pos < failedAt_, xdevErrorStreamFailed, "stream ", id_,
                " has failed: ", failure_);
 }
@@ -178,6 +186,7 @@ void Stream::check(uint64_t pos) {
 void Stream::clearErrors() {
   std::lock_guard<std::mutex> lock(mu_);
   error_ = xdevSuccess;
+  thrown_.clear();
   failedAt_ = 0;
   failure_.clear();
 }
@@ -242,11 +251,12 @@ void Stream::run() {
     if (!item.gate && !(item.skippable && failedLocked())) {
       running_ = true;
       lock.unlock();
-      bool ok = runTask(item.task, id_);
+      std::string why;
+      bool ok = runTask(item.task, id_, &why);
       item.task = nullptr;  // release what it captured before the position counts as done
       lock.lock();
       running_ = false;
-      if (!ok) error_ = xdevErrorLaunchFailure;
+      noteThrowLocked(ok, why);
     }
     countItemLocked(item);  // a gate here was released while a task before it ran
     countOneLocked(lock);

@@ -123,6 +123,9 @@ class Stream {
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
   xdevError_t error_ = xdevSuccess;
+  std::string thrown_;  // what the first host function that threw said
+  // A task ran: ok, or it threw saying `why` (the first throw is kept as the sticky error).
+  void noteThrowLocked(bool ok, const std::string& why);
   uint64_t failedAt_ = 0;   // position of the first failed gate passed (0: none)
   std::string failure_;     // its message
   bool stopping_ = false;   // the worker exits once the queue is empty

@@ -247,8 +247,15 @@ TEST(XdevStream, AHostFunctionThatThrowsFailsItsStreamStickily) {
   XDEV_ASSERT_OK(xdevStreamCreate(&other));
   XDEV_ASSERT_OK(launch(s, [] { throw std::runtime_error("kernel fault"); }));
   std::atomic<bool> later{false};
-  XDEV_ASSERT_OK(launch(s, [&] { later = true; }));
+  XDEV_ASSERT_OK(launch(s, [&] {
+    later = true;
+    throw std::runtime_error("a second fault");
+  }));
   EXPECT_EQ(xdevErrorLaunchFailure, xdevStreamSynchronize(s));
+  // The message is the first thrown one's, so a caller learns what went wrong.
+  EXPECT_NE(std::string(xdevGetLastErrorMessage()).find("host function threw: kernel fault"),
+            std::string::npos)
+      << xdevGetLastErrorMessage();
   EXPECT_TRUE(later) << "work queued after the failure still runs";
   EXPECT_EQ(xdevErrorLaunchFailure, xdevStreamQuery(s));
   EXPECT_EQ(xdevErrorLaunchFailure, xdevStreamSynchronize(s)) << "sticky";

@@ -119,6 +119,21 @@ TEST(XdevIpc, ChildReadsAndWritesThroughAHandle) {
   XDEV_ASSERT_OK(xdevIpcMemHandleGetSize(&h, &left));
   ASSERT_EQ(left, 3u << 20);
   for (size_t i = 0; i < left; i += 4093) ASSERT_EQ(p[i], static_cast<unsigned char>(i % 251));
+  // Mapped here, the peer's memory is device memory of this process's current device (as
+  // CUDA peer access): device copies take it, and torch tensors over it work on xdev.
+  xdevPointerAttributes attr{};
+  XDEV_ASSERT_OK(xdevPointerGetAttributes(&attr, p + 100));
+  EXPECT_EQ(attr.type, xdevMemoryTypeDevice);
+  EXPECT_EQ(attr.device, 0);
+  std::vector<unsigned char> back(64);
+  XDEV_ASSERT_OK(xdevMemcpy(back.data(), p + 4093, back.size(), xdevMemcpyDeviceToHost));
+  EXPECT_EQ(back[0], static_cast<unsigned char>(4093 % 251));
+  // It is not ours: neither freed nor shared again.
+  EXPECT_EQ(xdevFree(p), xdevErrorInvalidDevicePointer);
+  xdevIpcMemHandle_t again;
+  EXPECT_EQ(xdevIpcGetMemHandle(&again, p), xdevErrorInvalidDevicePointer);
+  EXPECT_NE(std::string(xdevGetLastErrorMessage()).find("another process"), std::string::npos)
+      << xdevGetLastErrorMessage();
   std::memset(p, 0x5a, 4096);  // the owner sees it
 }
 

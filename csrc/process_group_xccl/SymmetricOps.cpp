@@ -1,0 +1,256 @@
+// SymmetricOps.cpp — torch.ops.symm_mem on xdev (PrivateUse1): the one-shot and two-shot
+// allreduces over symmetric memory, and the 32-bit stores torch's fused ops signal with.
+//
+// torch defines these ops' schemas (and meta kernels) and registers kernels for CUDA only;
+// these are the xdev kernels. Each runs on the current xdev stream as one host function:
+//   one_shot: barrier; every rank folds all ranks' buffers into its output; barrier (so no
+//             rank changes its buffer while a peer still reads it).
+//   two_shot: barrier; rank r folds slice r of every rank's buffer and writes the result
+//             into slice r of every buffer; barrier (in place), or for _out: the result goes
+//             to its own slice r, barrier, every rank copies the slices into its output,
+//             barrier.
+// Folds run in rank order, ((b0 op b1) op b2)..., so every rank gets the same bits, and
+// one_shot and two_shot agree. Ops: sum, avg, max, min (CUDA's take sum, some avg).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "SymmetricMemory.hpp"
+#include "Utils.hpp"
+#include "xdev_runtime.h"
+
+namespace torch_xccl {
+namespace {
+
+struct SymmFold {
+  xdevDataType_t dtype;
+  xdevRedOp_t op;
+  bool average;
+};
+
+SymmFold symmFoldOf(const char* name, const at::Tensor& t, const std::string& op) {
+  SymmFold f{static_cast<xdevDataType_t>(toXcclType(name, t.scalar_type())), xdevSum, false};
+  if (op == "sum") {
+  } else if (op == "avg") {
+    TORCH_CHECK(at::isFloatingType(t.scalar_type()), "symm_mem.", name,
+                ": reduce_op \"avg\" needs a floating dtype, got ", t.scalar_type());
+    f.average = true;
+  } else if (op == "max") {
+    f.op = xdevMax;
+  } else if (op == "min") {
+    f.op = xdevMin;
+  } else {
+    TORCH_CHECK(false, "symm_mem.", name, " (xdev): reduce_op \"", op,
+                "\" is not supported (sum, avg, max, min)");
+  }
+  return f;
+}
+
+// On the stream worker: a plain exception, whose text becomes the stream's error.
+void symmOk(xdevError_t e, const char* what) {
+  if (e != xdevSuccess) {
+    throw std::runtime_error(std::string("symm_mem (xdev): ") + what + ": " +
+                             xdevGetLastErrorMessage());
+  }
+}
+
+// dst = src[0] op src[1] op ... in rank order, count elements (on the stream worker).
+void symmFoldDirect(char* dst, const std::vector<const char*>& src, size_t count, size_t elem,
+                    const SymmFold& f) {
+  if (src.size() == 1) {
+    std::memmove(dst, src[0], count * elem);
+    return;
+  }
+  symmOk(xdevReduce(dst, src[0], src[1], count, f.dtype, f.op), "fold");
+  for (size_t r = 2; r < src.size(); ++r) {
+    symmOk(xdevReduce(dst, dst, src[r], count, f.dtype, f.op), "fold");
+  }
+}
+
+// dst may be one of the sources (two_shot folds into its own buffer): past the first two,
+// a source must still be intact when it is read, so the fold goes through a cache-sized
+// block and lands in dst block by block.
+void symmFoldInto(char* dst, const std::vector<const char*>& src, size_t count, size_t elem,
+                  const SymmFold& f) {
+  if (count == 0) return;
+  bool aliased = false;
+  for (size_t r = 2; r < src.size(); ++r) aliased = aliased || src[r] == dst;
+  if (!aliased) {
+    symmFoldDirect(dst, src, count, elem, f);
+  } else {
+    constexpr size_t kBlockBytes = 64 << 10;
+    thread_local std::vector<char> block(kBlockBytes);
+    const size_t per = std::max<size_t>(1, kBlockBytes / elem);
+    std::vector<const char*> at(src.size());
+    for (size_t i = 0; i < count; i += per) {
+      const size_t n = std::min(per, count - i);
+      for (size_t r = 0; r < src.size(); ++r) at[r] = src[r] + i * elem;
+      symmFoldDirect(block.data(), at, n, elem, f);
+      std::memcpy(dst + i * elem, block.data(), n * elem);
+    }
+  }
+  if (f.average) {
+    symmOk(xdevDivide(dst, count, f.dtype, static_cast<int64_t>(src.size())), "average");
+  }
+}
+
+// The tensor's place in its symmetric buffer, checked: contiguous, inside the buffer, and
+// every rank of the group reachable (one host).
+size_t symmPlace(const char* name, XdevSymmetricMemory& m, const at::Tensor& t) {
+  TORCH_CHECK(t.is_contiguous(), "symm_mem.", name, " (xdev): the input must be contiguous");
+  TORCH_CHECK(m.world_within_direct_access(), "symm_mem.", name, " (xdev): group ", m.group(),
+              " spans hosts; these ops read every rank's buffer in place");
+  const auto off = static_cast<const char*>(t.data_ptr()) - m.bufferOf(m.get_rank());
+  TORCH_CHECK(off >= 0 && static_cast<size_t>(off) + t.nbytes() <= m.get_buffer_size(), "symm_mem.",
+              name, " (xdev): the input lies outside its symmetric buffer");
+  return static_cast<size_t>(off);
+}
+
+void symmCheckOut(const char* name, const at::Tensor& in, const at::Tensor& out) {
+  TORCH_CHECK(out.is_contiguous() && out.device() == in.device() &&
+                  out.scalar_type() == in.scalar_type() && out.numel() == in.numel(),
+              "symm_mem.", name, " (xdev): out must be a contiguous ", in.scalar_type(),
+              " tensor of ", in.numel(), " elements on ", in.device());
+}
+
+std::vector<const char*> symmSources(XdevSymmetricMemory& m, size_t byteOffset) {
+  std::vector<const char*> src;
+  for (int r = 0; r < m.get_world_size(); ++r) src.push_back(m.bufferOf(r) + byteOffset);
+  return src;
+}
+
+at::Tensor oneShotOut(const at::Tensor& input, std::string reduceOp, std::string groupName,
+                      at::Tensor out) {
+  const char* name = "one_shot_all_reduce";
+  auto m = symmetricMemoryOf(input, groupName);
+  const size_t at = symmPlace(name, *m, input);
+  symmCheckOut(name, input, out);
+  const SymmFold f = symmFoldOf(name, input, reduceOp);
+  const size_t count = input.numel(), elem = input.element_size();
+  char* dst = static_cast<char*>(out.data_ptr());
+  // An out inside any rank's buffer would change what the others are reading: fold aside.
+  const bool aside = dst + count * elem > m->bufferOf(m->get_rank()) &&
+                     dst < m->bufferOf(m->get_rank()) + m->get_buffer_size();
+  m->enqueue([m, at, count, elem, f, dst, aside] {
+    m->barrierNow(0, 0);
+    std::vector<char> scratch(aside ? count * elem : 0);
+    symmFoldInto(aside ? scratch.data() : dst, symmSources(*m, at), count, elem, f);
+    m->barrierNow(0, 0);
+    if (aside) std::memcpy(dst, scratch.data(), scratch.size());
+  });
+  return out;
+}
+
+at::Tensor oneShot(const at::Tensor& input, std::string reduceOp, std::string groupName) {
+  return oneShotOut(input, reduceOp, groupName, at::empty_like(input));
+}
+
+at::Tensor oneShotCopyOut(const at::Tensor& symmBuffer, const at::Tensor& localInput,
+                          std::string reduceOp, std::string groupName, at::Tensor out) {
+  TORCH_CHECK(localInput.numel() <= symmBuffer.numel(),
+              "symm_mem.one_shot_all_reduce_copy (xdev): local_input has ", localInput.numel(),
+              " elements, the symmetric buffer ", symmBuffer.numel());
+  at::Tensor slot = symmBuffer.flatten().narrow(0, 0, localInput.numel()).view_as(localInput);
+  slot.copy_(localInput);  // on the current stream, before the op's host function
+  return oneShotOut(slot, reduceOp, groupName, out);
+}
+
+at::Tensor oneShotCopy(const at::Tensor& symmBuffer, const at::Tensor& localInput,
+                       std::string reduceOp, std::string groupName) {
+  return oneShotCopyOut(symmBuffer, localInput, reduceOp, groupName, at::empty_like(localInput));
+}
+
+// Rank r's slice of count elements: [lo, hi).
+std::pair<size_t, size_t> symmSlice(size_t count, int world, int r) {
+  const size_t per = (count + world - 1) / world;
+  const size_t lo = std::min(count, per * r);
+  return {lo, std::min(count, lo + per)};
+}
+
+void twoShot(XdevSymmetricMemory& m, const at::Tensor& input, const std::string& reduceOp,
+             char* out) {
+  const char* name = "two_shot_all_reduce";
+  auto self = c10::intrusive_ptr<XdevSymmetricMemory>::reclaim_copy(&m);
+  const size_t at = symmPlace(name, m, input);
+  const SymmFold f = symmFoldOf(name, input, reduceOp);
+  const size_t count = input.numel(), elem = input.element_size();
+  self->enqueue([self, at, count, elem, f, out] {
+    const int world = self->get_world_size(), me = self->get_rank();
+    self->barrierNow(0, 0);
+    const auto [lo, hi] = symmSlice(count, world, me);
+    // Only this rank reads slice `me` of any buffer until the next barrier, so the fold goes
+    // straight into its own buffer's slice (element by element, each read before it is
+    // written), then out to the peers' (in place) or stays for them to copy (_out).
+    char* mine = self->bufferOf(me) + at + lo * elem;
+    symmFoldInto(mine, symmSources(*self, at + lo * elem), hi - lo, elem, f);
+    for (int r = 0; r < world && out == nullptr; ++r) {
+      if (r != me) std::memcpy(self->bufferOf(r) + at + lo * elem, mine, (hi - lo) * elem);
+    }
+    self->barrierNow(0, 0);
+    if (out == nullptr) return;
+    for (int r = 0; r < world; ++r) {
+      const auto [a, b] = symmSlice(count, world, r);
+      std::memcpy(out + a * elem, self->bufferOf(r) + at + a * elem, (b - a) * elem);
+    }
+    self->barrierNow(0, 0);
+  });
+}
+
+at::Tensor twoShotInPlace(at::Tensor input, std::string reduceOp, std::string groupName) {
+  auto m = symmetricMemoryOf(input, groupName);
+  twoShot(*m, input, reduceOp, nullptr);
+  return input;
+}
+
+at::Tensor twoShotOut(at::Tensor input, std::string reduceOp, std::string groupName,
+                      at::Tensor output) {
+  auto m = symmetricMemoryOf(input, groupName);
+  symmCheckOut("two_shot_all_reduce_out", input, output);
+  twoShot(*m, input, reduceOp, static_cast<char*>(output.data_ptr()));
+  return output;
+}
+
+// 32-bit stores at uint32 offsets of a tensor, on the current stream (the signals of torch's
+// fused all-gather-matmul).
+void symmStore32(const char* name, at::Tensor& t, int64_t offset, int64_t val, int64_t count) {
+  TORCH_CHECK(t.scalar_type() == at::kUInt32 || t.scalar_type() == at::kInt, "symm_mem.", name,
+              " (xdev): the tensor must be uint32 or int32, got ", t.scalar_type());
+  TORCH_CHECK(offset >= 0 && count >= 0 && offset + count <= t.numel(), "symm_mem.", name,
+              " (xdev): [", offset, ", +", count, ") lies outside ", t.numel(), " elements");
+  TORCH_CHECK(val >= 0 && val <= UINT32_MAX, "symm_mem.", name, " (xdev): ", val,
+              " does not fit 32 bits");
+  auto* p = static_cast<uint32_t*>(t.data_ptr()) + offset;
+  const auto v = static_cast<uint32_t>(val);
+  enqueueOnCurrentStream(t.device(), [p, v, count] {
+    for (int64_t i = 0; i < count; ++i) __atomic_store_n(p + i, v, __ATOMIC_RELEASE);
+  });
+}
+
+at::Tensor memset32(at::Tensor& input, int64_t offset, int64_t val, int64_t count) {
+  symmStore32("memset32_", input, offset, val, count);
+  return input;
+}
+
+at::Tensor streamWriteValue32(at::Tensor& input, int64_t offset, int64_t val) {
+  symmStore32("stream_write_value32_", input, offset, val, 1);
+  return input;
+}
+
+}  // namespace
+}  // namespace torch_xccl
+
+TORCH_LIBRARY_IMPL(symm_mem, PrivateUse1, m) {
+  m.impl("one_shot_all_reduce", torch_xccl::oneShot);
+  m.impl("one_shot_all_reduce_out", torch_xccl::oneShotOut);
+  m.impl("one_shot_all_reduce_copy", torch_xccl::oneShotCopy);
+  m.impl("one_shot_all_reduce_copy_out", torch_xccl::oneShotCopyOut);
+  m.impl("two_shot_all_reduce_", torch_xccl::twoShotInPlace);
+  m.impl("two_shot_all_reduce_out", torch_xccl::twoShotOut);
+  m.impl("memset32_", torch_xccl::memset32);
+  m.impl("stream_write_value32_", torch_xccl::streamWriteValue32);
+}

@@ -1,0 +1,63 @@
+"""torch's symmetric memory on xdev with backend xccl: symm_mem.empty / rendezvous, peer
+buffers and signal pads, put/wait/barrier, and torch.ops.symm_mem's one-shot and two-shot
+allreduces (docs/MEMORY.md, "torch symmetric memory on xdev")."""
+import pytest
+
+import workers_symmetric_memory as w
+from harness import run_world
+
+
+@pytest.mark.timeout(120)
+def test_peer_buffers_and_signals_carry_writes_between_ranks():
+    results = run_world(w.peers_and_signals, 3, timeout=110, device_id="xdev")
+    for rank, r in enumerate(results):
+        assert r["backend"] == "XCCL", r
+        assert (r["rank"], r["world"], r["size"]) == (rank, 3, 4096 * 4), r
+        assert r["same"] and r["ptrs"] == 3, r
+        assert r["seen"] == [[100, 100], [101, 101], [102, 102]], r
+        assert r["pads_zero"], r  # every signal consumed: the pads are zero again
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_one_and_two_shot_allreduce_equal_the_rank_order_fold_bit_for_bit(dtype):
+    results = run_world(w.reductions, 3, timeout=230, device_id="xdev", dtype_name=dtype)
+    for r in results:
+        wrong = sorted(k for k, ok in r.items() if not ok)
+        assert not wrong, wrong
+        assert len(r) >= 4 * 3 * 5, len(r)
+
+
+@pytest.mark.timeout(90)
+def test_one_shot_output_inside_the_symmetric_buffer_is_folded_aside():
+    for r in run_world(w.one_shot_into_its_own_buffer, 2, timeout=80, device_id="xdev"):
+        assert r == {"second_half": [3.0], "first_half": [3.0]}, r
+
+
+@pytest.mark.timeout(60)
+def test_memset32_and_stream_write_value32_store_on_the_stream():
+    r = run_world(w.stores, 1, timeout=50, device_id="xdev")[0]
+    assert r["values"] == [0, 0, 7, 7, 7, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0], r
+    assert "lies outside 16 elements" in r["bad"], r
+
+
+@pytest.mark.timeout(90)
+def test_bad_input_is_refused_with_the_reason():
+    results = run_world(w.bad_input, 2, timeout=80, device_id="xdev")
+    for rank, r in enumerate(results):
+        assert "not in symmetric memory" in r["plain"], r
+        assert 'reduce_op "prod" is not supported' in r["op"], r
+        assert "every rank allocates the same size" in r["sizes"], r
+        assert "1024 at offset" in r["sizes"] or "has 1024 bytes" in r["sizes"], r
+        assert "does not fit a signal pad" in r["channel"], r
+        assert "is not in a group of 2" in r["peer"], r
+    assert "waiting for rank 1's signal on channel 3" in results[0]["timeout"], results[0]
+    assert "no signal after 300 ms" in results[0]["timeout"], results[0]
+
+
+@pytest.mark.timeout(90)
+def test_a_wait_for_a_peer_that_exited_fails_naming_it():
+    r = run_world(w.peer_exits_while_awaited, 2, timeout=80, device_id="xdev",
+                  allow_exit=(1,))[0]
+    assert "waiting for rank 1's signal" in r["error"] and "exited" in r["error"], r
+    assert r["seconds"] < 10, r

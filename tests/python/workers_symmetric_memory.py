@@ -1,0 +1,170 @@
+"""Rank bodies for test_symmetric_memory.py: torch's symmetric memory
+(torch.distributed._symmetric_memory) on xdev with backend xccl."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+
+def _dev(rank):
+    return torch.device("xdev", rank % 2)
+
+
+def _error(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the message is what the test checks
+        return str(e)
+    return None
+
+
+def _fold(parts, op):
+    """The rank-order fold ((p0 op p1) op p2)... on the CPU, in the parts' dtype."""
+    acc = parts[0].clone()
+    for p in parts[1:]:
+        if op in ("sum", "avg"):
+            acc = acc + p
+        elif op == "max":
+            acc = torch.maximum(acc, p)
+        else:
+            acc = torch.minimum(acc, p)
+    if op == "avg":
+        acc = acc / len(parts)
+    return acc
+
+
+def _inputs(world, n, dtype, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return [torch.randn(n, generator=g).to(dtype) for _ in range(world)]
+    return [torch.randint(-1000, 1000, (n,), generator=g, dtype=dtype) for _ in range(world)]
+
+
+def peers_and_signals(rank, world):
+    """Every rank's buffer through get_buffer, written by a peer and announced by put_signal,
+    and the handle's description."""
+    dev = _dev(rank)
+    group = dist.group.WORLD
+    t = symm_mem.empty(4096, dtype=torch.int32, device=dev)
+    t.fill_(100 + rank)
+    h = symm_mem.rendezvous(t, group)
+    again = symm_mem.rendezvous(t, group.group_name)  # cached: no second collective
+    h.barrier()
+    seen = [h.get_buffer(r, (4096,), torch.int32)[:2].cpu().tolist() for r in range(world)]
+    # Write into the right neighbour's buffer, then signal it; the left neighbour's write
+    # must be whole in ours once its signal is consumed.
+    right, left = (rank + 1) % world, (rank - 1) % world
+    h.barrier()
+    for rounds in range(20):
+        h.get_buffer(right, (4096,), torch.int32).fill_(1000 * rounds + rank)
+        h.put_signal(right)
+        h.wait_signal(left)
+        mine = t.cpu()
+        assert bool((mine == 1000 * rounds + left).all()), (rounds, mine[:4])
+        h.barrier()  # nobody overwrites before every rank has read
+    torch.xdev.synchronize(dev)
+    pads = h.get_signal_pad(rank, (world * 4,), torch.int32).cpu()
+    return {
+        "backend": symm_mem.get_backend(dev),
+        "rank": h.rank, "world": h.world_size, "size": h.buffer_size,
+        "same": again.buffer_ptrs == h.buffer_ptrs,
+        "ptrs": len([p for p in h.buffer_ptrs if p]),
+        "seen": seen, "pads_zero": bool((pads == 0).all()),
+        "direct": t.device.type,
+    }
+
+
+def reductions(rank, world, dtype_name):
+    """one_shot / two_shot (in place and out) / copy variants against the CPU rank-order
+    fold, bit for bit, at sizes that do not divide by the world."""
+    dtype = getattr(torch, dtype_name)
+    dev = _dev(rank)
+    name = dist.group.WORLD.group_name
+    out = {}
+    ops = ("sum", "avg", "max", "min") if dtype.is_floating_point else ("sum", "max", "min")
+    for n in (1, 7, 1000, 65537):
+        parts = _inputs(world, n, dtype, seed=n)
+        buf = symm_mem.empty(n, dtype=dtype, device=dev)
+        symm_mem.rendezvous(buf, name)
+        for op in ops:
+            want = _fold(parts, op)
+            buf.copy_(parts[rank].to(dev))
+            one = torch.ops.symm_mem.one_shot_all_reduce(buf, op, name).cpu()
+            outbuf = torch.empty(n, dtype=dtype, device=dev)
+            torch.ops.symm_mem.one_shot_all_reduce_out(buf, op, name, outbuf)
+            local = parts[rank].to(dev)
+            copied = torch.ops.symm_mem.one_shot_all_reduce_copy(buf, local, op, name).cpu()
+            buf.copy_(parts[rank].to(dev))
+            two_out = torch.empty(n, dtype=dtype, device=dev)
+            torch.ops.symm_mem.two_shot_all_reduce_out(buf, op, name, two_out)
+            buf.copy_(parts[rank].to(dev))
+            torch.ops.symm_mem.two_shot_all_reduce_(buf, op, name)
+            got = {"one_shot": one, "one_shot_out": outbuf.cpu(), "copy": copied,
+                   "two_shot_out": two_out.cpu(), "two_shot": buf.cpu()}
+            for k, v in got.items():
+                out[f"{n}/{op}/{k}"] = bool(torch.equal(v, want))
+    return out
+
+
+def one_shot_into_its_own_buffer(rank, world):
+    """out inside the symmetric buffer itself (a view of it): the result is still the sum
+    (folded aside, so the peers never read a half-written buffer)."""
+    dev = _dev(rank)
+    name = dist.group.WORLD.group_name
+    buf = symm_mem.empty(2048, device=dev)
+    symm_mem.rendezvous(buf, name)
+    buf[:1024].fill_(rank + 1)
+    torch.ops.symm_mem.one_shot_all_reduce_out(buf[:1024], "sum", name, buf[1024:])
+    torch.ops.symm_mem.one_shot_all_reduce_out(buf[:1024], "sum", name, buf[:1024])
+    return {"second_half": buf[1024:].cpu().unique().tolist(),
+            "first_half": buf[:1024].cpu().unique().tolist()}
+
+
+def stores(rank, world):
+    dev = _dev(rank)
+    t = torch.zeros(16, dtype=torch.uint32, device=dev)
+    torch.ops.symm_mem.memset32_(t, 2, 7, 3)
+    torch.ops.symm_mem.stream_write_value32_(t, 10, 9)
+    bad = _error(lambda: torch.ops.symm_mem.memset32_(t, 14, 1, 5))
+    return {"values": t.cpu().to(torch.int64).tolist(), "bad": bad}
+
+
+def bad_input(rank, world):
+    dev = _dev(rank)
+    group = dist.group.WORLD
+    name = group.group_name
+    out = {}
+    plain = torch.ones(64, device=dev)
+    out["plain"] = _error(lambda: symm_mem.rendezvous(plain, group))
+    out["op"] = _error(lambda: torch.ops.symm_mem.one_shot_all_reduce(
+        symm_mem.empty(8, device=dev), "prod", name))
+    # Different sizes on different ranks: every rank refuses, naming both.
+    uneven = symm_mem.empty(256 * (1 + (rank == 1)), device=dev)
+    out["sizes"] = _error(lambda: symm_mem.rendezvous(uneven, group))
+    t = symm_mem.empty(64, device=dev)
+    h = symm_mem.rendezvous(t, group)
+    out["channel"] = _error(lambda: h.barrier(channel=1 << 20))
+    out["peer"] = _error(lambda: h.put_signal(world + 3))
+    # A wait nobody answers ends at its timeout as the stream's error, naming the peer.
+    if rank == 0:
+        h.wait_signal(1, channel=3, timeout_ms=300)
+        out["timeout"] = _error(lambda: torch.xdev.synchronize(dev))
+    dist.barrier()
+    return out
+
+
+def peer_exits_while_awaited(rank, world):
+    """Rank 1 exits; rank 0's wait for its signal fails within a second or two, naming it."""
+    dev = _dev(rank)
+    t = symm_mem.empty(64, device=dev)
+    h = symm_mem.rendezvous(t, dist.group.WORLD)
+    h.barrier()
+    torch.xdev.synchronize(dev)
+    if rank == 1:
+        os._exit(0)
+    start = time.monotonic()
+    h.wait_signal(1)
+    err = _error(lambda: torch.xdev.synchronize(dev))
+    return {"error": err, "seconds": time.monotonic() - start}
