@@ -241,16 +241,32 @@ at::Tensor streamWriteValue32(at::Tensor& input, int64_t offset, int64_t val) {
   return input;
 }
 
+// Registered when the extension loads, one op at a time: torch checks each kernel's C++
+// signature against the other backends' kernels of the op (CUDA's, in a CUDA build), and a
+// release whose signature differs must cost that op on xdev, not the import of torch_xccl.
+template <typename F>
+void symmImpl(torch::Library& lib, const char* op, F* fn) {
+  try {
+    lib.impl(op, fn);
+  } catch (const std::exception& e) {
+    TORCH_WARN("torch_xccl: symm_mem.", op, " is not available on xdev with this torch: ",
+               e.what());
+  }
+}
+
+[[maybe_unused]] const bool kSymmOpsRegistered = [] {
+  static torch::Library lib(torch::Library::IMPL, "symm_mem", c10::DispatchKey::PrivateUse1,
+                            __FILE__, __LINE__);
+  symmImpl(lib, "one_shot_all_reduce", oneShot);
+  symmImpl(lib, "one_shot_all_reduce_out", oneShotOut);
+  symmImpl(lib, "one_shot_all_reduce_copy", oneShotCopy);
+  symmImpl(lib, "one_shot_all_reduce_copy_out", oneShotCopyOut);
+  symmImpl(lib, "two_shot_all_reduce_", twoShotInPlace);
+  symmImpl(lib, "two_shot_all_reduce_out", twoShotOut);
+  symmImpl(lib, "memset32_", memset32);
+  symmImpl(lib, "stream_write_value32_", streamWriteValue32);
+  return true;
+}();
+
 }  // namespace
 }  // namespace torch_xccl
-
-TORCH_LIBRARY_IMPL(symm_mem, PrivateUse1, m) {
-  m.impl("one_shot_all_reduce", torch_xccl::oneShot);
-  m.impl("one_shot_all_reduce_out", torch_xccl::oneShotOut);
-  m.impl("one_shot_all_reduce_copy", torch_xccl::oneShotCopy);
-  m.impl("one_shot_all_reduce_copy_out", torch_xccl::oneShotCopyOut);
-  m.impl("two_shot_all_reduce_", torch_xccl::twoShotInPlace);
-  m.impl("two_shot_all_reduce_out", torch_xccl::twoShotOut);
-  m.impl("memset32_", torch_xccl::memset32);
-  m.impl("stream_write_value32_", torch_xccl::streamWriteValue32);
-}

@@ -154,18 +154,15 @@ TEST(HostId, NodeIdEnvAndThreadOverride) {
 
 // ---- unique-id store server ----
 
-sockaddr_in idAddress(const xcclUniqueId& id) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  std::memcpy(&a.sin_addr.s_addr, id.internal + 8, 4);
-  std::memcpy(&a.sin_port, id.internal + 12, 2);
-  return a;
+xccl::net::SockAddr idAddress(const xcclUniqueId& id) {
+  const auto* p = reinterpret_cast<const unsigned char*>(id.internal);
+  return xccl::net::getIdAddr(p + 8, p + 48);
 }
 
-int rawConnect(const sockaddr_in& addr) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+int rawConnect(const xccl::net::SockAddr& addr) {
+  int fd = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
   EXPECT_GE(fd, 0);
-  EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(connect(fd, addr.sa(), addr.len()), 0);
   return fd;
 }
 
@@ -192,8 +189,8 @@ std::string recvExactly(int fd, size_t n) {
 
 // A raw client through the challenge-response with `proofSecret` (the raw 32 bytes). Returns
 // the server's nonce and proof in *challenge.
-int handshake(const sockaddr_in& addr, const std::string& proofSecret, std::string* challenge,
-              char* status) {
+int handshake(const xccl::net::SockAddr& addr, const std::string& proofSecret,
+              std::string* challenge, char* status) {
   int fd = rawConnect(addr);
   std::string mine = xccl::auth::nonce();
   sendStr(fd, hello(mine));
@@ -293,7 +290,7 @@ TEST(UniqueIdStore, SurvivesMalformedAndTruncatedRequests) {
   std::string secret = xccl::fromHex(xccl::uniqueIdSecret(id));
   auto legit = xccl::connectUniqueIdStore(id, Deadline::after(5000));
   legit->set("before", "1");
-  const sockaddr_in addr = idAddress(id);
+  const xccl::net::SockAddr addr = idAddress(id);
   // Each attack: bytes sent before (raw) or after (authed) a completed handshake.
   struct Attack {
     bool authed;
@@ -360,6 +357,27 @@ TEST(UniqueIdStore, CommIdOverrideFixesTheAddress) {
   auto store = xccl::connectUniqueIdStore(id, Deadline::after(5000));
   store->set("a", "b");
   EXPECT_EQ(store->get("a", Deadline::after(1000)), "b");
+}
+
+TEST(UniqueIdStore, ListensOnIPv6WhenTheFamilySaysSo) {
+  bool loopbackV6 = false;
+  for (const auto& i : xccl::net::listInterfaces(AF_INET6)) loopbackV6 = loopbackV6 || i.loopback;
+  if (!loopbackV6) GTEST_SKIP() << "no IPv6 on the loopback here";
+  xccl_test::ScopedEnv family("XCCL_SOCKET_FAMILY", "AF_INET6");
+  xccl_test::ScopedEnv lo("XCCL_SOCKET_IFNAME", "lo");
+  xcclUniqueId id;
+  xccl::createUniqueId(&id);
+  EXPECT_EQ(idAddress(id).family(), AF_INET6);
+  EXPECT_EQ(xccl::net::formatAddr(idAddress(id)).rfind("[::1]:", 0), 0u);
+  auto store = xccl::connectUniqueIdStore(id, Deadline::after(5000));
+  store->set("v6", "yes");
+  EXPECT_EQ(store->get("v6", Deadline::after(1000)), "yes");
+  // And an explicit IPv6 XCCL_COMM_ID.
+  xccl_test::ScopedEnv fixed("XCCL_COMM_ID", "[::1]:0");
+  xcclUniqueId id2;
+  xccl::createUniqueId(&id2);
+  EXPECT_EQ(idAddress(id2).family(), AF_INET6);
+  EXPECT_NE(idAddress(id2).port(), 0);
 }
 
 }  // namespace

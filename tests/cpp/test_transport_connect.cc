@@ -328,9 +328,9 @@ class GatedStore : public xccl::Store {
 };
 
 int rawConnect(const std::string& addr) {
-  sockaddr_in a = xccl::net::parseAddr(addr);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  xccl::net::SockAddr a = xccl::net::parseAddr(addr);
+  int fd = socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_EQ(connect(fd, a.sa(), a.len()), 0);
   return fd;
 }
 

@@ -23,8 +23,7 @@ using xccl::net::Interface;
 Interface iface(const char* name, const char* ip, bool loopback = false) {
   Interface i;
   i.name = name;
-  i.addr.sin_family = AF_INET;
-  inet_pton(AF_INET, ip, &i.addr.sin_addr);
+  i.addr = xccl::net::parseAddr(xccl::strCat(ip, ":0"));
   i.loopback = loopback;
   return i;
 }
@@ -76,8 +75,38 @@ TEST(Interfaces, ThisMachineAndClearErrors) {
       EXPECT_NE(std::string(e.what()).find("up IPv4 interfaces: "), std::string::npos) << e.what();
     }
   }
+  {
+    xccl_test::ScopedEnv bad("XCCL_SOCKET_FAMILY", "AF_UNIX");
+    EXPECT_THROW(xccl::net::localAddress(), xccl::InvalidArgument);
+  }
+  // IPv6: the loopback's ::1 where the kernel has IPv6 (link-local addresses never count).
   xccl_test::ScopedEnv v6("XCCL_SOCKET_FAMILY", "AF_INET6");
-  EXPECT_THROW(xccl::net::localAddress(), xccl::InvalidUsage);
+  xccl_test::ScopedEnv lo("XCCL_SOCKET_IFNAME", "lo");
+  bool loHasV6 = false;
+  for (const auto& i : xccl::net::listInterfaces(AF_INET6)) {
+    EXPECT_EQ(i.addr.family(), AF_INET6);
+    EXPECT_NE(i.addr.host().rfind("fe80", 0), 0u) << i.addr.host();
+    loHasV6 = loHasV6 || (i.name == "lo" && i.addr.host() == "::1");
+  }
+  if (loHasV6) EXPECT_EQ(xccl::net::formatAddr(xccl::net::localAddress()), "[::1]:0");
+}
+
+TEST(Interfaces, AddressesParseFormatAndPackBothFamilies) {
+  using xccl::net::SockAddr;
+  for (const char* text : {"10.1.2.3:4000", "[fd00::1]:4000", "[::1]:0", "127.0.0.1:65535"}) {
+    SockAddr a = xccl::net::parseAddr(text);
+    EXPECT_EQ(xccl::net::formatAddr(a), text);
+    unsigned char id[128] = {0};
+    xccl::net::putIdAddr(a, id + 8, id + 48);
+    EXPECT_EQ(xccl::net::formatAddr(xccl::net::getIdAddr(id + 8, id + 48)), text);
+    EXPECT_EQ(id[14], a.family() == AF_INET6 ? 6 : 0) << "IPv4 keeps the layout ids always had";
+  }
+  for (const char* bad : {"fd00::1:4000", "[fd00::1]", "[10.0.0.1]:80", "1.2.3.4:70000", "x:1"}) {
+    EXPECT_THROW(xccl::net::parseAddr(bad), xccl::InvalidArgument) << bad;
+  }
+  unsigned char damaged[128] = {0};
+  damaged[14] = 9;
+  EXPECT_THROW(xccl::net::getIdAddr(damaged + 8, damaged + 48), xccl::InvalidArgument);
 }
 
 TEST(HostId, NamesTheNetworkAndPidNamespaces) {

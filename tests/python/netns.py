@@ -2,6 +2,7 @@
 
     with hosts(3) as hs:              # hs[i].name, hs[i].addr (10.231.0.<i+1>), hs[i].iface
         hs[0].popen([...])            # a command inside host 0's namespace (Popen)
+    with hosts(2, ipv6=True) as hs:   # also hs[i].addr6, fd31::<i+1>/64 on the same link
 
 hosts(n) makes n namespaces, one per host, and one more, the switch, holding a Linux bridge;
 each host has a veth pair: one end (`iface`, address 10.231.0.<i+1>/24) in the host's
@@ -40,22 +41,25 @@ class Host:
     name: str
     addr: str
     iface: str
+    addr6: str = ""  # hosts(ipv6=True): fd31::<i+1>
 
     def popen(self, cmd, **kw) -> subprocess.Popen:
         return subprocess.Popen(["ip", "netns", "exec", self.name, *cmd], **kw)
 
 
 @contextlib.contextmanager
-def hosts(n: int, tag: str = "", switch: bool = True):
+def hosts(n: int, tag: str = "", switch: bool = True, ipv6: bool = False):
     """n hosts (namespaces) 10.231.0.1 .. 10.231.0.n on a bridge in a switch namespace;
-    switch=False (n == 2 only) joins the two by one veth pair instead."""
+    switch=False (n == 2 only) joins the two by one veth pair instead. ipv6=True adds the
+    unique-local addresses fd31::1 .. fd31::n (no duplicate-address wait: usable at once)."""
     if not 2 <= n <= 26:
         raise ValueError(f"hosts({n}): 2 to 26 hosts")
     if not switch and n != 2:
         raise ValueError("hosts(switch=False) joins exactly two hosts")
     base = f"xt{os.getpid() % 100000}{tag}"
     letters = [chr(ord("a") + i) for i in range(n)]
-    hs = [Host(f"{base}{c}", f"10.231.0.{i + 1}", f"x{c}0") for i, c in enumerate(letters)]
+    hs = [Host(f"{base}{c}", f"10.231.0.{i + 1}", f"x{c}0", f"fd31::{i + 1}" if ipv6 else "")
+          for i, c in enumerate(letters)]
     sw = f"{base}sw"  # host names end in one letter, so never this
     made = []  # namespaces to remove, in creation order
     try:
@@ -79,6 +83,8 @@ def hosts(n: int, tag: str = "", switch: bool = True):
                 "name", hs[1].iface, "netns", hs[1].name)
         for h in hs:
             _ip("-n", h.name, "addr", "add", f"{h.addr}/24", "dev", h.iface)
+            if ipv6:
+                _ip("-n", h.name, "addr", "add", f"{h.addr6}/64", "dev", h.iface, "nodad")
             _ip("-n", h.name, "link", "set", h.iface, "up")
         yield hs
     finally:
@@ -87,7 +93,7 @@ def hosts(n: int, tag: str = "", switch: bool = True):
 
 
 @contextlib.contextmanager
-def two_hosts(tag: str = ""):
+def two_hosts(tag: str = "", ipv6: bool = False):
     """hosts(2) joined directly by one veth pair: 10.231.0.1 (iface xa0), 10.231.0.2 (xb0)."""
-    with hosts(2, tag, switch=False) as hs:
+    with hosts(2, tag, switch=False, ipv6=ipv6) as hs:
         yield hs

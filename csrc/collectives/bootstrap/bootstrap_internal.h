@@ -137,7 +137,7 @@ void startStoreServer(net::Fd listener, const std::string& secret, bool forever)
 // roundTripMs: how long one request may wait for its answer (0: 60 s), whatever the
 // deadline of the wait it serves (a request cut short would leave the stream out of step).
 // abortFlag (may be null), set by another thread, ends the connecting.
-std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
+std::unique_ptr<Store> connectStoreAt(const net::SockAddr& addr, const std::string& secret,
                                       const std::string& what, const Deadline& deadline,
                                       bool knownUp = false, int64_t roundTripMs = 0,
                                       const std::atomic<bool>* abortFlag = nullptr);

@@ -20,7 +20,7 @@ namespace {
 constexpr size_t kServiceSecretBytes = 32;
 
 // Splits a service description "ip:port hexsecret".
-void parseService(const std::string& service, sockaddr_in* addr, std::string* secret) {
+void parseService(const std::string& service, net::SockAddr* addr, std::string* secret) {
   const size_t sp = service.find(' ');
   *secret = sp == std::string::npos ? std::string() : fromHex(service.substr(sp + 1));
   if (secret->size() != kServiceSecretBytes) {
@@ -40,7 +40,7 @@ std::string processService() {
   // A forked child inherits the description but not the thread: it starts its own.
   if (!service.empty() && owner == ::getpid()) return service;
   net::Fd listener = net::listenOn(net::localAddress());
-  const sockaddr_in addr = net::boundAddr(listener.get());
+  const net::SockAddr addr = net::boundAddr(listener.get());
   const std::string secret = fromHex(randomSecret());
   startStoreServer(std::move(listener), secret, /*forever=*/true);
   service = strCat(net::formatAddr(addr), " ", toHex(secret));
@@ -53,24 +53,27 @@ namespace {
 constexpr char kGrowMagic[4] = {'X', 'C', 'G', 'R'};
 constexpr uint32_t kGrowVersion = 1;
 constexpr size_t kGrowSecretBytes = 32;
+// Layout: magic [0, 4), version [4, 8), address (net::putIdAddr) [8, 16), the service's
+// secret, the grow secret, the old size (u32), an IPv6 address.
+constexpr size_t kGrowV6At = 16 + kServiceSecretBytes + kGrowSecretBytes + 4;
 }  // namespace
 
 void makeGrowId(int oldRanks, xcclUniqueId* id) {
-  sockaddr_in addr{};
+  net::SockAddr addr;
   std::string serviceSecret;
   parseService(processService(), &addr, &serviceSecret);
   const std::string secret = fromHex(randomSecret());
   std::string out(kGrowMagic, 4);
   net::putU32(out, kGrowVersion);
-  out.append(reinterpret_cast<const char*>(&addr.sin_addr.s_addr), 4);
-  out.append(reinterpret_cast<const char*>(&addr.sin_port), 2);
-  out.append(2, '\0');
+  out.append(8, '\0');  // the address (below)
   out += serviceSecret;
   out += secret;
   net::putU32(out, static_cast<uint32_t>(oldRanks));
-  static_assert(4 + 4 + 8 + 32 + 32 + 4 <= sizeof(id->internal), "grow id fits a unique id");
+  static_assert(kGrowV6At + 16 <= sizeof(id->internal), "grow id fits a unique id");
   std::memset(id->internal, 0, sizeof(id->internal));
   std::memcpy(id->internal, out.data(), out.size());
+  auto* p = reinterpret_cast<unsigned char*>(id->internal);
+  net::putIdAddr(addr, p + 8, p + kGrowV6At);
 }
 
 bool parseGrowId(const xcclUniqueId& id, GrowId* out) {
@@ -79,22 +82,19 @@ bool parseGrowId(const xcclUniqueId& id, GrowId* out) {
   const uint32_t version = net::getU32(p + 4);
   XCCL_CHECK_ARG(version == kGrowVersion, "grow id of version ", version, " (this library reads ",
                  kGrowVersion, ")");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  std::memcpy(&addr.sin_addr.s_addr, p + 8, 4);
-  std::memcpy(&addr.sin_port, p + 12, 2);
+  const net::SockAddr addr = net::getIdAddr(p + 8, p + kGrowV6At);
   const std::string serviceSecret(id.internal + 16, kServiceSecretBytes);
   out->service = strCat(net::formatAddr(addr), " ", toHex(serviceSecret));
   out->secret = toHex(std::string(id.internal + 16 + kServiceSecretBytes, kGrowSecretBytes));
   out->oldRanks = static_cast<int>(net::getU32(p + 16 + kServiceSecretBytes + kGrowSecretBytes));
-  XCCL_CHECK_ARG(out->oldRanks > 0 && addr.sin_port != 0, "damaged grow id (old size ",
-                 out->oldRanks, ", port ", ntohs(addr.sin_port), ")");
+  XCCL_CHECK_ARG(out->oldRanks > 0 && addr.port() != 0, "damaged grow id (old size ", out->oldRanks,
+                 ", port ", addr.port(), ")");
   return true;
 }
 
 std::unique_ptr<Store> connectService(const std::string& service, const Deadline& deadline,
                                       int64_t roundTripMs) {
-  sockaddr_in addr{};
+  net::SockAddr addr;
   std::string secret;
   parseService(service, &addr, &secret);
   // A service is published only once it listens, and lives as long as its process: a
@@ -103,16 +103,16 @@ std::unique_ptr<Store> connectService(const std::string& service, const Deadline
 }
 
 ServiceState probeServiceState(const std::string& service, const Deadline& deadline) {
-  sockaddr_in addr{};
+  net::SockAddr addr;
   std::string secret;
   parseService(service, &addr, &secret);
   net::WaitCtx ctx{deadline, nullptr, strCat("probe of bootstrap service ", net::formatAddr(addr))};
   try {
     // One connect attempt: the service was up before its address was published, so a
     // refusal means its process is gone (connectTo would retry until the deadline).
-    net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    net::Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) return ServiceState::kSilent;  // out of descriptors here: no verdict
-    int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+    int rc = ::connect(fd.get(), addr.sa(), addr.len());
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
       net::waitFd(fd.get(), POLLOUT, ctx);

@@ -57,6 +57,10 @@ using namespace storewire;  // NOLINT: the wire's constants, shared with store_s
 
 constexpr char kIdMagic[4] = {'X', 'C', 'I', 'D'};
 constexpr size_t kSecretBytes = 32;
+// Layout: magic [0, 4), version [4, 8), address (IPv4 and port, net::putIdAddr) [8, 15),
+// secret [16, 48), an IPv6 address [48, 64).
+constexpr size_t kIdV6At = 16 + kSecretBytes;
+static_assert(kIdV6At + 16 <= sizeof(xcclUniqueId::internal), "an IPv6 address fits the id");
 constexpr int64_t kRoundTripMs = 60000;  // one request/response with a live server
 
 // The client side: one authenticated connection, one request at a time.
@@ -159,16 +163,13 @@ class UniqueIdStore : public Store {
   bool broken_ = false;
 };
 
-sockaddr_in idAddr(const xcclUniqueId& id) {
+net::SockAddr idAddr(const xcclUniqueId& id) {
   XCCL_CHECK_ARG(
       std::memcmp(id.internal, kIdMagic, 4) == 0 &&
           net::getU32(reinterpret_cast<const unsigned char*>(id.internal) + 4) == kVersion,
       "not an xccl unique id (bad magic or version): was it made by xcclGetUniqueId?");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  std::memcpy(&addr.sin_addr.s_addr, id.internal + 8, 4);
-  std::memcpy(&addr.sin_port, id.internal + 12, 2);
-  return addr;
+  const auto* p = reinterpret_cast<const unsigned char*>(id.internal);
+  return net::getIdAddr(p + 8, p + kIdV6At);
 }
 
 }  // namespace
@@ -176,7 +177,7 @@ sockaddr_in idAddr(const xcclUniqueId& id) {
 void createUniqueId(xcclUniqueId* id) {
   XCCL_CHECK_ARG(id != nullptr, "uniqueId is NULL");
   std::string commId = xcclParamCommId();
-  sockaddr_in addr = commId.empty() ? net::localAddress() : net::parseAddr(commId);
+  net::SockAddr addr = commId.empty() ? net::localAddress() : net::parseAddr(commId);
   net::Fd listener = net::listenOn(addr);
   addr = net::boundAddr(listener.get());
   std::string secret = fromHex(randomSecret());
@@ -186,8 +187,8 @@ void createUniqueId(xcclUniqueId* id) {
   std::string ver;
   net::putU32(ver, kVersion);
   std::memcpy(id->internal + 4, ver.data(), 4);
-  std::memcpy(id->internal + 8, &addr.sin_addr.s_addr, 4);
-  std::memcpy(id->internal + 12, &addr.sin_port, 2);
+  auto* p = reinterpret_cast<unsigned char*>(id->internal);
+  net::putIdAddr(addr, p + 8, p + kIdV6At);
   std::memcpy(id->internal + 16, secret.data(), kSecretBytes);
 
   startStoreServer(std::move(listener), secret, /*forever=*/false);
@@ -222,7 +223,7 @@ void authenticateClient(int fd, const std::string& secret, const net::WaitCtx& c
 }
 
 // One authenticated client connection to a store server at `addr` holding `secret` (raw).
-std::unique_ptr<Store> connectStoreAt(const sockaddr_in& addr, const std::string& secret,
+std::unique_ptr<Store> connectStoreAt(const net::SockAddr& addr, const std::string& secret,
                                       const std::string& what, const Deadline& deadline,
                                       bool knownUp, int64_t roundTripMs,
                                       const std::atomic<bool>* abortFlag) {

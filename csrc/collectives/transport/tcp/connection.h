@@ -37,7 +37,7 @@ namespace tcp {
 class Listener {
  public:
   // Binds to `addr` (port 0 = ephemeral).
-  explicit Listener(const sockaddr_in& addr);
+  explicit Listener(const net::SockAddr& addr);
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;

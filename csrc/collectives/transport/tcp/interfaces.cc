@@ -27,15 +27,48 @@ bool virtualBridge(const std::string& name) {
 std::string describe(const std::vector<Interface>& ifaces) {
   if (ifaces.empty()) return "none";
   std::string s;
-  for (const auto& i : ifaces) {
-    char buf[INET_ADDRSTRLEN] = "?";
-    inet_ntop(AF_INET, &i.addr.sin_addr, buf, sizeof(buf));
-    s += strCat(s.empty() ? "" : ", ", i.name, " ", buf);
-  }
+  for (const auto& i : ifaces) s += strCat(s.empty() ? "" : ", ", i.name, " ", i.addr.host());
   return s;
 }
 
 }  // namespace
+
+SockAddr::SockAddr(const sockaddr* sa) {
+  XCCL_CHECK_ARG(sa != nullptr && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6),
+                 "not an IPv4 or IPv6 socket address");
+  std::memcpy(&ss, sa, sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+}
+
+uint16_t SockAddr::port() const {
+  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+  return ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+}
+
+void SockAddr::setPort(uint16_t port) {
+  if (family() == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(port);
+  } else {
+    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(port);
+  }
+}
+
+std::string SockAddr::host() const {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
+  } else if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+int familyOf(const std::string& name) {
+  if (name == "AF_INET") return AF_INET;
+  if (name == "AF_INET6") return AF_INET6;
+  throw InvalidArgument(strCat("XCCL_SOCKET_FAMILY='", name, "' (AF_INET or AF_INET6)"));
+}
+
+const char* familyName(int family) { return family == AF_INET6 ? "IPv6" : "IPv4"; }
 
 IfSpec parseIfSpec(const std::string& text) {
   IfSpec spec;
@@ -85,10 +118,12 @@ const Interface* chooseInterface(const std::vector<Interface>& ifaces, const std
         }
       }
     }
-    *why = strCat("XCCL_SOCKET_IFNAME=", text, ": no up IPv4 interface ",
+    const std::string fam =
+        ifaces.empty() ? std::string() : strCat(familyName(ifaces.front().addr.family()), " ");
+    *why = strCat("XCCL_SOCKET_IFNAME=", text, ": no up ", fam, "interface ",
                   spec.exclude ? "is left after excluding " : "matches ",
-                  spec.exact ? "the names" : "the prefixes",
-                  " given (up IPv4 interfaces: ", describe(ifaces), ")");
+                  spec.exact ? "the names" : "the prefixes", " given (up ", fam,
+                  "interfaces: ", describe(ifaces), ")");
     return nullptr;
   }
   for (const auto& i : ifaces) {
@@ -107,20 +142,24 @@ const Interface* chooseInterface(const std::vector<Interface>& ifaces, const std
     *how = "auto: loopback only (one machine)";
     return &i;
   }
-  *why = "no up IPv4 interface at all";
+  *why = "no up interface with an address of that family at all";
   return nullptr;
 }
 
-std::vector<Interface> listInterfaces() {
+std::vector<Interface> listInterfaces(int family) {
   std::vector<Interface> out;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return out;
   for (ifaddrs* ifa = list; ifa; ifa = ifa->ifa_next) {
-    if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET) continue;
+    if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != family) continue;
     if (!(ifa->ifa_flags & IFF_UP)) continue;
+    if (family == AF_INET6) {
+      const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(ifa->ifa_addr)->sin6_addr;
+      if (IN6_IS_ADDR_LINKLOCAL(&a) || IN6_IS_ADDR_V4MAPPED(&a)) continue;
+    }
     Interface i;
     i.name = ifa->ifa_name ? ifa->ifa_name : "";
-    std::memcpy(&i.addr, ifa->ifa_addr, sizeof(i.addr));
+    i.addr = SockAddr(ifa->ifa_addr);
     i.loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
     out.push_back(i);
   }

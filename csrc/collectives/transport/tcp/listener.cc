@@ -54,7 +54,7 @@ void Listener::refuse(const Pending& p, int rank, uint32_t status, const std::st
   }
 }
 
-Listener::Listener(const sockaddr_in& addr) : fd_(net::listenOn(addr)) {
+Listener::Listener(const net::SockAddr& addr) : fd_(net::listenOn(addr)) {
   address_ = net::formatAddr(net::boundAddr(fd_.get()));
 }
 

@@ -25,7 +25,7 @@ namespace net {
 
 // Interfaces to take the address from, NCCL's syntax (interfaces.h); empty = auto.
 XCCL_PARAM_STR(SocketIfname, "SOCKET_IFNAME", "")
-// Address family: AF_INET (IPv4; AF_INET6 is refused with a clear error until it exists).
+// Address family of the interfaces a rank advertises: AF_INET (IPv4) or AF_INET6 (IPv6).
 XCCL_PARAM_STR(SocketFamily, "SOCKET_FAMILY", "AF_INET")
 
 namespace {
@@ -43,59 +43,96 @@ void Fd::reset(int fd) {
   fd_ = fd;
 }
 
-sockaddr_in parseAddr(const std::string& text) {
+SockAddr parseAddr(const std::string& text) {
   size_t colon = text.rfind(':');
-  XCCL_CHECK_ARG(colon != std::string::npos, "bad address '", text, "': expected ip:port");
+  XCCL_CHECK_ARG(colon != std::string::npos, "bad address '", text,
+                 "': expected ip:port or [ipv6]:port");
   std::string host = text.substr(0, colon);
   std::string port = text.substr(colon + 1);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  XCCL_CHECK_ARG(inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1, "bad address '", text,
-                 "': '", host, "' is not an IPv4 address");
+  SockAddr addr;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr.ss);
+    a6->sin6_family = AF_INET6;
+    XCCL_CHECK_ARG(
+        inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6->sin6_addr) == 1,
+        "bad address '", text, "': '", host, "' is not an IPv6 address");
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&addr.ss);
+    a4->sin_family = AF_INET;
+    XCCL_CHECK_ARG(inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1, "bad address '", text,
+                   "': '", host, "' is not an IPv4 address (IPv6: [address]:port)");
+  }
   char* end = nullptr;
   long p = std::strtol(port.c_str(), &end, 10);
   XCCL_CHECK_ARG(!port.empty() && *end == '\0' && p >= 0 && p <= 65535, "bad address '", text,
                  "': bad port");
-  addr.sin_port = htons(static_cast<uint16_t>(p));
+  addr.setPort(static_cast<uint16_t>(p));
   return addr;
 }
 
-std::string formatAddr(const sockaddr_in& addr) {
-  char buf[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof(buf));
-  return strCat(buf, ":", ntohs(addr.sin_port));
+std::string formatAddr(const SockAddr& addr) {
+  if (addr.family() == AF_INET6) return strCat("[", addr.host(), "]:", addr.port());
+  return strCat(addr.host(), ":", addr.port());
+}
+
+void putIdAddr(const SockAddr& addr, unsigned char* base, unsigned char* v6At) {
+  const uint16_t port = htons(addr.port());
+  std::memcpy(base + 4, &port, 2);
+  if (addr.family() == AF_INET6) {
+    base[6] = 6;
+    std::memcpy(v6At, &reinterpret_cast<const sockaddr_in6*>(&addr.ss)->sin6_addr, 16);
+  } else {
+    base[6] = 0;
+    std::memcpy(base, &reinterpret_cast<const sockaddr_in*>(&addr.ss)->sin_addr, 4);
+  }
+}
+
+SockAddr getIdAddr(const unsigned char* base, const unsigned char* v6At) {
+  SockAddr addr;
+  uint16_t port = 0;
+  std::memcpy(&port, base + 4, 2);
+  XCCL_CHECK_ARG(base[6] == 0 || base[6] == 6, "damaged id: address family mark ", int(base[6]));
+  if (base[6] == 6) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr.ss);
+    a6->sin6_family = AF_INET6;
+    std::memcpy(&a6->sin6_addr, v6At, 16);
+    a6->sin6_port = port;
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&addr.ss);
+    a4->sin_family = AF_INET;
+    std::memcpy(&a4->sin_addr, base, 4);
+    a4->sin_port = port;
+  }
+  return addr;
 }
 
 std::string peerAddrOf(int fd) {
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.sin_family != AF_INET)
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+      (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
     return "?";
-  return formatAddr(addr);
+  }
+  return formatAddr(SockAddr(reinterpret_cast<const sockaddr*>(&ss)));
 }
 
 bool chosenInterface(Interface* out, std::string* how, std::string* why) {
-  std::vector<Interface> ifaces = listInterfaces();
+  std::vector<Interface> ifaces = listInterfaces(familyOf(xcclParamSocketFamily()));
   const Interface* pick = chooseInterface(ifaces, xcclParamSocketIfname(), how, why);
-  if (pick == nullptr) return false;
+  if (pick == nullptr) {
+    *why = strCat(*why, " (XCCL_SOCKET_FAMILY=", xcclParamSocketFamily(), ")");
+    return false;
+  }
   *out = *pick;
   return true;
 }
 
-sockaddr_in localAddress() {
-  const std::string family = xcclParamSocketFamily();
-  XCCL_CHECK(family == "AF_INET" || family == "AF_INET6", "XCCL_SOCKET_FAMILY='", family,
-             "' (AF_INET or AF_INET6)");
-  if (family == "AF_INET6") {
-    throw InvalidUsage(
-        "XCCL_SOCKET_FAMILY=AF_INET6: the TCP transport speaks IPv4 only so far; "
-        "leave it unset or set AF_INET");
-  }
+SockAddr localAddress() {
   std::string how, why;
   Interface pick;
   if (!chosenInterface(&pick, &how, &why)) throw InvalidUsage(why);
-  sockaddr_in found = pick.addr;
-  found.sin_port = 0;
+  SockAddr found = pick.addr;
+  found.setPort(0);
   static std::once_flag logged;
   std::call_once(logged, [&] {
     XCCL_INFO(NET, "interface ", pick.name, " ", formatAddr(found), " (", how, ")");
@@ -103,23 +140,23 @@ sockaddr_in localAddress() {
   return found;
 }
 
-Fd listenOn(const sockaddr_in& addr) {
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+Fd listenOn(const SockAddr& addr) {
+  Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   XCCL_SYSCHECK(fd.get(), "socket");
   int one = 1;
   // A fixed port (XCCL_COMM_ID) must be reusable right after a previous run.
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (::bind(fd.get(), addr.sa(), addr.len()) != 0) {
     throw IoError(strCat("bind to ", formatAddr(addr), " failed: ", errnoString(errno)));
   }
   XCCL_SYSCHECK(::listen(fd.get(), SOMAXCONN), "listen");
   return fd;
 }
 
-sockaddr_in boundAddr(int fd) {
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  XCCL_SYSCHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), "getsockname");
+SockAddr boundAddr(int fd) {
+  SockAddr addr;
+  socklen_t len = sizeof(addr.ss);
+  XCCL_SYSCHECK(getsockname(fd, addr.sa(), &len), "getsockname");
   return addr;
 }
 
@@ -153,10 +190,10 @@ short waitFd(int fd, short events, const WaitCtx& ctx) {
 namespace {
 
 // One nonblocking connect, waited for within ctx: 0 or the errno it ended with.
-int connectAttempt(Fd& fd, const sockaddr_in& addr, const WaitCtx& ctx) {
-  fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+int connectAttempt(Fd& fd, const SockAddr& addr, const WaitCtx& ctx) {
+  fd.reset(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   XCCL_SYSCHECK(fd.get(), "socket");
-  int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  int rc = ::connect(fd.get(), addr.sa(), addr.len());
   int err = rc == 0 ? 0 : errno;
   if (err == EINPROGRESS) {
     waitFd(fd.get(), POLLOUT, ctx);
@@ -168,7 +205,7 @@ int connectAttempt(Fd& fd, const sockaddr_in& addr, const WaitCtx& ctx) {
 
 }  // namespace
 
-Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx) {
+Fd connectTo(const SockAddr& addr, const WaitCtx& ctx) {
   WaitNotice notice(strCat(ctx.what, " (connection refused: is the peer up?)"), NET);
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) notice.tick();
@@ -193,7 +230,7 @@ Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx) {
   }
 }
 
-Fd connectOnce(const sockaddr_in& addr, const WaitCtx& ctx) {
+Fd connectOnce(const SockAddr& addr, const WaitCtx& ctx) {
   Fd fd;
   const int err = connectAttempt(fd, addr, ctx);
   if (err == ECONNREFUSED || err == ECONNRESET) {

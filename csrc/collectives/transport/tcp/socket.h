@@ -43,25 +43,33 @@ class Fd {
   int fd_ = -1;
 };
 
-// "a.b.c.d:port" <-> sockaddr_in. parseAddr throws InvalidArgument on malformed text.
-sockaddr_in parseAddr(const std::string& text);
-std::string formatAddr(const sockaddr_in& addr);
+// "a.b.c.d:port" or "[v6 address]:port" <-> SockAddr. parseAddr throws InvalidArgument on
+// malformed text.
+SockAddr parseAddr(const std::string& text);
+std::string formatAddr(const SockAddr& addr);
+// An address inside an id's bytes (unique ids, grow ids): IPv4 as 4 address bytes at
+// base[0..4), the port (network order) at base[4..6) and base[6] = 0, the layout ids always
+// had; IPv6 marks base[6] = 6, keeps the port at base[4..6) and puts its 16 address bytes at
+// v6At, room the id keeps for them.
+void putIdAddr(const SockAddr& addr, unsigned char* base, unsigned char* v6At);
+SockAddr getIdAddr(const unsigned char* base, const unsigned char* v6At);
 // The peer address of a connected socket, for logs ("?" when unknown).
 std::string peerAddrOf(int fd);
 
-// The IPv4 address this host advertises: the interface XCCL_SOCKET_IFNAME selects (NCCL's
+// The address this host advertises, of the family XCCL_SOCKET_FAMILY names (AF_INET, the
+// default, or AF_INET6): the interface XCCL_SOCKET_IFNAME selects (NCCL's
 // syntax: prefixes, ^exclusions, =exact names; interfaces.h), else the first up interface
 // that is neither loopback nor a container bridge, else loopback. Logged once at INFO (NET).
 // Throws InvalidUsage, listing the interfaces there are, when nothing matches. Port 0.
-sockaddr_in localAddress();
+SockAddr localAddress();
 // The interface XCCL_SOCKET_IFNAME selects on this machine (what localAddress() uses);
 // false, with *why, when none matches.
 bool chosenInterface(Interface* out, std::string* how, std::string* why);
 
 // A nonblocking listening socket bound to `addr` (port 0 = ephemeral).
-Fd listenOn(const sockaddr_in& addr);
+Fd listenOn(const SockAddr& addr);
 // The address a socket is bound to.
-sockaddr_in boundAddr(int fd);
+SockAddr boundAddr(int fd);
 
 // Makes fd nonblocking and sets TCP_NODELAY (ignored for non-TCP sockets).
 void setNonblockingNoDelay(int fd);
@@ -78,10 +86,10 @@ struct WaitCtx {
 // Waits until fd is ready for `events` (POLLIN/POLLOUT). Returns the revents.
 short waitFd(int fd, short events, const WaitCtx& ctx);
 // Nonblocking connect with retries on ECONNREFUSED until the deadline.
-Fd connectTo(const sockaddr_in& addr, const WaitCtx& ctx);
+Fd connectTo(const SockAddr& addr, const WaitCtx& ctx);
 // One attempt, to a listener known to be up: refused or reset is RemoteError (its
 // communicator closed it, or its process is gone), no answer by the deadline Timeout.
-Fd connectOnce(const sockaddr_in& addr, const WaitCtx& ctx);
+Fd connectOnce(const SockAddr& addr, const WaitCtx& ctx);
 // Writes / reads exactly `len` bytes on a nonblocking socket.
 void sendAll(int fd, const void* buf, size_t len, const WaitCtx& ctx);
 void recvAll(int fd, void* buf, size_t len, const WaitCtx& ctx);
