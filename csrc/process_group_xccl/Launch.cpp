@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 
 #include "FlightRecorder.hpp"
@@ -269,10 +270,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launc
 
 // The communication stream starts after the work queued so far on the caller's stream; the
 // operation, its post step and the end event are queued on it.
+//
+// Under torch's profiler the operation is a range of its own ("xccl:allreduce"), opened with
+// the communication stream current: with use_device="xdev" (XdevProfiler.cpp) its device
+// time is what the stream spent on it, up to the end event. The op torch records around the
+// call (c10d::allreduce_) only brackets the enqueue on the caller's stream. Not profiling,
+// the range costs a flag test.
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnStream(Op& op, Launch& l) {
   {
     std::lock_guard<std::mutex> g(l.dc->state->enqueueMu);
     l.dc->ready->record(currentStream(l.device));
+    c10::StreamGuard onComm(*l.dc->stream);
+    RECORD_FUNCTION(std::string("xccl:") + op.name, std::vector<c10::IValue>());
     l.dc->ready->block(*l.dc->stream);
     if (timing_) {
       auto start = std::make_shared<DeviceEvent>(l.device, /*timing=*/true);

@@ -249,8 +249,8 @@ void symmImpl(torch::Library& lib, const char* op, F* fn) {
   try {
     lib.impl(op, fn);
   } catch (const std::exception& e) {
-    TORCH_WARN("torch_xccl: symm_mem.", op, " is not available on xdev with this torch: ",
-               e.what());
+    TORCH_WARN("torch_xccl: symm_mem.", op,
+               " is not available on xdev with this torch: ", e.what());
   }
 }
 

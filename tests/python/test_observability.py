@@ -89,3 +89,13 @@ def test_nonblocking_creation_that_fails_raises_at_the_first_operation(env):
     assert r0["error"] and "xccl init (non-blocking)" in r0["error"], r0
     assert "rank 0 of 2" in r0["error"], r0
     assert r0["error_s"] < 30, r0  # the creation's deadline (3 s) plus slack, not a hang
+
+
+@pytest.mark.timeout(120)
+def test_profiler_shows_the_device_time_of_an_xdev_collective():
+    r0, r1 = run_world(w.profiled, 2, timeout=100, device_id="xdev")
+    for r in (r0, r1):
+        assert r["sum"] == 4.0, r  # two all_reduces of ones
+        assert r["cpu_ms"] < 100, r  # the host only queued it
+    assert r0["device_ms"] >= 250, r0  # its stream waited for rank 1, 300 ms late
+    assert r0["call_ms"] < 100, r0

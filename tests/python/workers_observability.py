@@ -128,3 +128,25 @@ def lonely_nonblocking_init(rank, world, port):
     t0 = time.monotonic()
     err = _error(lambda: dist.all_reduce(torch.ones(4)))
     return {"init_s": init_s, "error": err, "error_s": time.monotonic() - t0}
+
+
+def profiled(rank, world, device="xdev"):
+    """torch's profiler with use_device="xdev": the collective's range (xccl:allreduce) carries
+    the time its stream waited for rank 1, 300 ms late; the host call did not wait."""
+    dev = torch.device(device, rank % 2)
+    t = torch.ones(1 << 16, device=dev)
+    dist.all_reduce(t)
+    torch.xdev.synchronize(dev)
+    dist.barrier()
+    with torch.autograd.profiler.profile(use_device="xdev", use_kineto=False) as prof:
+        if rank == 1:
+            time.sleep(0.3)
+        t0 = time.perf_counter()
+        work = dist.all_reduce(t, async_op=True)
+        call_ms = (time.perf_counter() - t0) * 1e3
+        work.wait()
+        torch.xdev.synchronize(dev)
+    rows = {e.key: e for e in prof.key_averages()}
+    r = rows["xccl:allreduce"]
+    return {"device_ms": r.device_time_total / 1e3, "cpu_ms": r.cpu_time_total / 1e3,
+            "call_ms": call_ms, "sum": float(t[0].item())}
