@@ -3,6 +3,7 @@
 //
 // torch defines these ops' schemas (and meta kernels) and registers kernels for CUDA only;
 // these are the xdev kernels. Each runs on the current xdev stream as one host function:
+//   reduce_scatter_out: barrier; rank r folds chunk r of every rank's buffer; barrier.
 //   one_shot: barrier; every rank folds all ranks' buffers into its output; barrier (so no
 //             rank changes its buffer while a peer still reads it).
 //   two_shot: barrier; rank r folds slice r of every rank's buffer and writes the result
@@ -215,6 +216,42 @@ at::Tensor twoShotOut(at::Tensor input, std::string reduceOp, std::string groupN
   return output;
 }
 
+// Rank r's share of the sum of every rank's buffer: chunk r along dim 0 (rows), or along the
+// last dim (split_last_dim: chunk r of every row), as torch's CUDA kernel splits it.
+at::Tensor reduceScatterOut(at::Tensor input, std::string groupName, bool splitLastDim,
+                            at::Tensor output) {
+  const char* name = "reduce_scatter_out";
+  auto m = symmetricMemoryOf(input, groupName);
+  const size_t at = symmPlace(name, *m, input);
+  const int world = m->get_world_size();
+  TORCH_CHECK(input.dim() >= 1, "symm_mem.", name, " (xdev): the input has no dimensions");
+  const int64_t split = splitLastDim ? input.size(-1) : input.size(0);
+  TORCH_CHECK(split % world == 0, "symm_mem.", name,
+              " (xdev): ", splitLastDim ? "the last" : "the first", " dimension (", split,
+              ") does not divide by the group's ", world, " ranks");
+  TORCH_CHECK(output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
+                  output.device() == input.device() && output.numel() * world == input.numel(),
+              "symm_mem.", name, " (xdev): output must be a contiguous ", input.scalar_type(),
+              " tensor of ", input.numel() / world, " elements on ", input.device());
+  const SymmFold f = symmFoldOf(name, input, "sum");
+  const size_t elem = input.element_size();
+  // rows x cols, of which each rank takes `cols / world` columns (dim 0: one row).
+  const size_t cols = splitLastDim ? static_cast<size_t>(split) : input.numel();
+  const size_t rows = input.numel() / cols;
+  const size_t part = cols / world;
+  char* out = static_cast<char*>(output.data_ptr());
+  m->enqueue([m, at, elem, f, rows, cols, part, out] {
+    const int me = m->get_rank();
+    m->barrierNow(0, 0);
+    for (size_t i = 0; i < rows; ++i) {
+      symmFoldInto(out + i * part * elem, symmSources(*m, at + (i * cols + me * part) * elem), part,
+                   elem, f);
+    }
+    m->barrierNow(0, 0);
+  });
+  return output;
+}
+
 // 32-bit stores at uint32 offsets of a tensor, on the current stream (the signals of torch's
 // fused all-gather-matmul).
 void symmStore32(const char* name, at::Tensor& t, int64_t offset, int64_t val, int64_t count) {
@@ -263,6 +300,7 @@ void symmImpl(torch::Library& lib, const char* op, F* fn) {
   symmImpl(lib, "one_shot_all_reduce_copy_out", oneShotCopyOut);
   symmImpl(lib, "two_shot_all_reduce_", twoShotInPlace);
   symmImpl(lib, "two_shot_all_reduce_out", twoShotOut);
+  symmImpl(lib, "reduce_scatter_out", reduceScatterOut);
   symmImpl(lib, "memset32_", memset32);
   symmImpl(lib, "stream_write_value32_", streamWriteValue32);
   return true;

@@ -61,3 +61,10 @@ def test_a_wait_for_a_peer_that_exited_fails_naming_it():
                   allow_exit=(1,))[0]
     assert "waiting for rank 1's signal" in r["error"] and "exited" in r["error"], r
     assert r["seconds"] < 10, r
+
+
+@pytest.mark.timeout(90)
+def test_reduce_scatter_out_splits_rows_or_columns_as_cuda_does():
+    for r in run_world(w.reduce_scatter, 3, timeout=80, device_id="xdev"):
+        assert r["rows"] and r["cols"], r
+        assert "(5) does not divide by the group's 3 ranks" in r["uneven"], r

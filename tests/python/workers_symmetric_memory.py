@@ -168,3 +168,27 @@ def peer_exits_while_awaited(rank, world):
     h.wait_signal(1)
     err = _error(lambda: torch.xdev.synchronize(dev))
     return {"error": err, "seconds": time.monotonic() - start}
+
+
+def reduce_scatter(rank, world):
+    """reduce_scatter_out along dim 0 and along the last dim, against the CPU fold."""
+    dev = _dev(rank)
+    name = dist.group.WORLD.group_name
+    parts = _inputs(world, 6 * 4 * world, torch.float32, seed=11)
+    buf = symm_mem.empty(6, 4 * world, device=dev)
+    symm_mem.rendezvous(buf, name)
+    buf.copy_(parts[rank].view(6, 4 * world).to(dev))
+    want = _fold([p.view(6, 4 * world) for p in parts], "sum")
+    rows = torch.empty(6 // world if 6 % world == 0 else 0, 4 * world, device=dev)
+    out = {}
+    if 6 % world == 0:
+        torch.ops.symm_mem.reduce_scatter_out(buf, name, False, rows)
+        out["rows"] = bool(torch.equal(rows.cpu(), want.chunk(world, 0)[rank]))
+    cols = torch.empty(6, 4, device=dev)
+    torch.ops.symm_mem.reduce_scatter_out(buf, name, True, cols)
+    out["cols"] = bool(torch.equal(cols.cpu(), want.chunk(world, 1)[rank].contiguous()))
+    odd = symm_mem.empty(6, 5, device=dev)
+    symm_mem.rendezvous(odd, name)
+    out["uneven"] = _error(lambda: torch.ops.symm_mem.reduce_scatter_out(
+        odd, name, True, torch.empty(6, 5, device=dev)))
+    return out
