@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/bootstrap/bootstrap_internal.h"
 #include "test_util.h"
 #include "xccl.h"
 
@@ -208,6 +209,41 @@ TEST(EventElapsedTime, TimesAnOperationFromItsStartNotFromTheQueueAhead) {
     other.comm = nullptr;
     EXPECT_EQ(xcclEventElapsedTime(&ms, &before, &other), xcclInvalidUsage);
     EXPECT_EQ(xcclCommDestroy(comm), xcclSuccess);
+  });
+}
+
+// xcclCommQueryProperties: 5 thread-ranks on two fake hosts (0, 1, 2 | 3, 4).
+TEST(QueryProperties, SaysWhereEachRankIsAndWhatTheCommunicatorDoes) {
+  MemoryStore store;
+  runThreads(5, [&](int rank) {
+    xccl::setThreadHostIdOverride(rank < 3 ? "props-host-a" : "props-host-b");
+    xcclComm_t comm = xccl_test::initThreadComm(store, 5, rank);
+    xccl::setThreadHostIdOverride("");
+    xcclCommProperties_t p = XCCL_COMM_PROPERTIES_INITIALIZER;
+    XCCL_TEST_CHECK(xcclCommQueryProperties(comm, &p));
+    EXPECT_EQ(p.rank, rank);
+    EXPECT_EQ(p.nRanks, 5);
+    EXPECT_EQ(p.deviceType, xcclDeviceHost);
+    EXPECT_EQ(p.nHosts, 2);
+    EXPECT_EQ(p.localRank, rank < 3 ? rank : rank - 3);
+    EXPECT_EQ(p.localRanks, rank < 3 ? 3 : 2);
+    EXPECT_EQ(p.reproducible, 0);
+    EXPECT_EQ(p.registeredInPlace, 1);
+    EXPECT_EQ(p.windows, 1);
+    EXPECT_GT(p.timeoutMs, 0);
+    // A caller whose header stops before `nHosts` gets nothing past it.
+    xcclCommProperties_t older = XCCL_COMM_PROPERTIES_INITIALIZER;
+    older.size = offsetof(xcclCommProperties_t, nHosts);
+    XCCL_TEST_CHECK(xcclCommQueryProperties(comm, &older));
+    EXPECT_EQ(older.localRanks, rank < 3 ? 3 : 2);
+    EXPECT_EQ(older.nHosts, 0);
+    // A struct not made by the initializer is refused, naming it.
+    xcclCommProperties_t raw{};
+    EXPECT_EQ(xcclCommQueryProperties(comm, &raw), xcclInvalidArgument);
+    EXPECT_NE(std::string(xcclGetLastError(comm)).find("XCCL_COMM_PROPERTIES_INITIALIZER"),
+              std::string::npos);
+    EXPECT_EQ(xcclCommQueryProperties(comm, nullptr), xcclInvalidArgument);
+    XCCL_TEST_CHECK(xcclCommDestroy(comm));
   });
 }
 

@@ -2,6 +2,8 @@
 // store, the secret a store-based rendezvous publishes, the connections) no longer than the
 // communicator's timeout: xcclConfig_t.timeout_ms when set, else XCCL_TIMEOUT_MS.
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -255,6 +257,22 @@ xcclResult_t xcclCommInterrupt(xcclComm_t comm) {
       return;
     }
     commOf(comm).abort();
+  });
+}
+
+xcclResult_t xcclCommQueryProperties(xcclComm_t comm, xcclCommProperties_t* props) {
+  return guarded("xcclCommQueryProperties", [&] {
+    XCCL_CHECK_ARG(props != nullptr, "props is NULL");
+    XCCL_CHECK_ARG(props->magic == XCCL_COMM_PROPERTIES_MAGIC &&
+                       props->size >= offsetof(xcclCommProperties_t, rank),
+                   "props was not made by XCCL_COMM_PROPERTIES_INITIALIZER (magic ", props->magic,
+                   ", size ", props->size, ")");
+    const xcclCommProperties_t full = commOf(comm).properties();
+    // The caller's fields only: the first `size` bytes, its header, kept as it wrote them.
+    const size_t head = offsetof(xcclCommProperties_t, rank);
+    const size_t n = std::min(props->size, sizeof(full));
+    std::memcpy(reinterpret_cast<char*>(props) + head, reinterpret_cast<const char*>(&full) + head,
+                n - head);
   });
 }
 

@@ -82,6 +82,8 @@ class Comm {
   std::string describe() const;
   // Connections, shared memory, descriptors and threads on this rank (xcclCommGetStats).
   xcclCommStats_t stats();
+  // What it is (xcclCommQueryProperties): every field of the library's struct.
+  xcclCommProperties_t properties() const;
 
   // Returns the op's id. Throws the sticky error if the communicator has failed.
   uint64_t enqueue(OpEntry op);

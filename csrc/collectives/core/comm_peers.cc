@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/device/device.h"
 #include "collectives/transport/tcp/connection.h"
 #include "comm.h"
 #include "common/error.h"
@@ -61,6 +62,29 @@ xcclCommStats_t Comm::stats() {
   st.processFds = countDirEntries("/proc/self/fd");
   st.processThreads = countDirEntries("/proc/self/task");
   return st;
+}
+
+xcclCommProperties_t Comm::properties() const {
+  xcclCommProperties_t p{};
+  p.rank = rank_;
+  p.nRanks = nranks_;
+  const std::string kind = device_->name();
+  p.deviceType = kind == "cuda" ? xcclDeviceCuda : kind == "xdev" ? xcclDeviceXdev : xcclDeviceHost;
+  p.device = device_->ordinal();
+  std::vector<std::string> hostIds;
+  for (const PeerInfo& info : peers_.peers) hostIds.push_back(info.hostId);
+  const std::vector<int> hostOf = hostIndexOf(hostIds);
+  for (int r = 0; r < nranks_; ++r) {
+    p.nHosts = std::max(p.nHosts, hostOf[r] + 1);
+    if (hostOf[r] != hostOf[rank_]) continue;
+    if (r < rank_) ++p.localRank;
+    ++p.localRanks;
+  }
+  p.reproducible = exchange_->tuning().reproducible ? 1 : 0;
+  p.registeredInPlace = p.deviceType != xcclDeviceCuda ? 1 : 0;
+  p.windows = p.deviceType == xcclDeviceHost ? 1 : 0;
+  p.timeoutMs = timeoutMs_;
+  return p;
 }
 
 void Comm::revoke() {

@@ -310,6 +310,35 @@ typedef struct {
 } xcclCommStats_t;
 XCCL_API xcclResult_t xcclCommGetStats(xcclComm_t comm, xcclCommStats_t* stats);
 
+/* What a communicator is, as NCCL's ncclCommQueryProperties: start from
+ * XCCL_COMM_PROPERTIES_INITIALIZER (its size, magic and version say which fields the caller's
+ * header has; the library fills only those). */
+typedef struct {
+  size_t size;                 /* sizeof(xcclCommProperties_t) of the caller's header */
+  unsigned int magic;          /* XCCL_COMM_PROPERTIES_MAGIC */
+  unsigned int version;        /* XCCL_VERSION_CODE of the caller's header */
+  int rank;                    /* this rank in the communicator */
+  int nRanks;                  /* ranks in the communicator */
+  xcclDeviceType_t deviceType; /* xcclDeviceHost, xcclDeviceXdev or xcclDeviceCuda */
+  int device;                  /* the device's ordinal on this host (host memory: 0) */
+  int localRank;               /* this rank among the ranks of its host (0 = the lowest) */
+  int localRanks;              /* ranks of the communicator on this host */
+  int nHosts;                  /* hosts the communicator spans */
+  int reproducible;            /* 1: reductions are rank-order folds (XCCL_REPRODUCIBLE) */
+  int registeredInPlace;       /* 1: buffers from xcclMemAlloc / xcclCommRegister are read in place
+                                  by the ranks of the host (0 on CUDA: it moves bytes over IPC lanes) */
+  int windows;       /* 1: xcclCommWindowRegister and put/signal work here (host memory) */
+  int64_t timeoutMs; /* the per-operation deadline */
+} xcclCommProperties_t;
+#define XCCL_COMM_PROPERTIES_MAGIC 0x78637070u
+#define XCCL_COMM_PROPERTIES_INITIALIZER                                                \
+  {                                                                                     \
+    sizeof(xcclCommProperties_t), XCCL_COMM_PROPERTIES_MAGIC, XCCL_VERSION_CODE, -1, 0, \
+        xcclDeviceDefault, -1, -1, 0, 0, 0, 0, 0, 0                                     \
+  }
+/* xcclInvalidArgument for a struct not made by the initializer (its magic), naming it. */
+XCCL_API xcclResult_t xcclCommQueryProperties(xcclComm_t comm, xcclCommProperties_t* props);
+
 /* xcclSuccess, or the sticky error that failed the communicator. */
 XCCL_API xcclResult_t xcclCommGetAsyncError(xcclComm_t comm, xcclResult_t* asyncError);
 XCCL_API xcclResult_t xcclCommCount(const xcclComm_t comm, int* count);
