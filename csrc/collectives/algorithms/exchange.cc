@@ -25,6 +25,15 @@ XCCL_PARAM(SpinUs, "SPIN_US", 50, 0, kKnobMax)
 // device's own threshold, Device::peerReadMinBytes).
 XCCL_PARAM(PeerRead, "PEER_READ", 1, 0, 1)
 XCCL_PARAM(PeerReadMin, "PEER_READ_MIN", 0, 0, kKnobMax)
+// End-to-end payload checksums (frame.h): every message this rank sends carries the CRC-32C
+// of its payload, and every checksummed message it receives is verified before its
+// operation completes. Peer reads are off with it: every payload byte crosses a checked
+// transport (rings, sockets, payload lanes).
+XCCL_PARAM(Checksum, "CHECKSUM", 0, 0, 1)
+// Tests only: flip one bit in the Nth payload window this rank sends, after hashing it (a
+// corruption in flight: with XCCL_CHECKSUM=1 the receiver must catch it, without it the
+// result is silently wrong, which is what the checksum is for). 0: never.
+XCCL_PARAM(ChecksumFlip, "CHECKSUM_FLIP", 0, 0, kKnobMax)
 
 Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*> conns,
                    std::vector<int> ringOrder, const std::atomic<bool>& abortFlag)
@@ -51,6 +60,18 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
   aliveCheck_ = std::chrono::microseconds(xcclParamAliveCheckUs());
   tuning_ = readTuning();
   peerReadOn_ = xcclParamPeerRead() != 0;
+  checksum_ = xcclParamChecksum() != 0;
+  flipLeft_ = xcclParamChecksumFlip();
+  if (checksum_ || flipLeft_ > 0) {
+    // The CRC is computed (and the test's bit flipped) where the payload sits in the
+    // transport, which the host must reach.
+    if (std::string(device_.name()) == "cuda") {
+      throw InvalidUsage(
+          "XCCL_CHECKSUM=1 is not available on the CUDA device (its payload lanes are device "
+          "memory the host does not read)");
+    }
+    peerReadOn_ = false;
+  }
   const int64_t readMin = xcclParamPeerReadMin();
   peerReadMin_ = readMin > 0 ? static_cast<size_t>(readMin) : device_.peerReadMinBytes();
   peerReadsPosted_.assign(nranks, 0);

@@ -48,6 +48,8 @@
 
 namespace xccl {
 
+struct FrameTrailer;  // frame.h
+
 class Device;
 
 enum class CollType : uint16_t {
@@ -332,7 +334,11 @@ class Exchange {
   bool streamingStores_ = false;
   int anyStart_ = 0;
   shm::Doorbell* bell_ = nullptr;
-  bool peerReadOn_;                        // XCCL_PEER_READ
+  bool peerReadOn_;        // XCCL_PEER_READ
+  bool checksum_ = false;  // XCCL_CHECKSUM
+  int64_t flipLeft_ = 0;   // XCCL_CHECKSUM_FLIP (tests): windows to the flip
+  // XCCL_CHECKSUM=1: the trailer of a received message against what arrived.
+  void verifyTrailer(int peer, const PendingMsg& m, const FrameTrailer& t);
   size_t peerReadMin_;                     // XCCL_PEER_READ_MIN
   std::vector<uint64_t> peerReadsPosted_;  // per peer: peer-read messages sent so far
   std::vector<char> peerReadLogged_;       // per peer: its first peer read was logged

@@ -15,7 +15,8 @@ enum class MsgKind { kSend, kRecv, kRecvReduce };
 // Sends and receives: header, payload, pad. A peer-read send: header, ref (its PeerRef in
 // the stream), awaitRead (until the peer says it read the buffer); a peer-read receive:
 // header, ref, payload (read from the sender's buffer, mapped at peerSrc).
-enum class Phase { kHeader, kRef, kPayload, kPad, kAwaitRead };
+// A checksummed message (XCCL_CHECKSUM=1) adds trailer after pad.
+enum class Phase { kHeader, kRef, kPayload, kPad, kTrailer, kAwaitRead };
 
 struct PendingMsg {
   MsgKind kind;
@@ -40,7 +41,9 @@ struct PendingMsg {
   PeerRef ref{};                  // send: its buffer, for the peer
   uint64_t readSeq = 0;           // send: its number among this link's peer-read messages
   const char* peerSrc = nullptr;  // receive: the sender's buffer, mapped here
-  int* opLeft = nullptr;  // the count of its operation's unfinished messages (countMessagesIn)
+  int* opLeft = nullptr;     // the count of its operation's unfinished messages (countMessagesIn)
+  bool checksummed = false;  // its frame carries a trailer (kFlagChecksum)
+  uint32_t crc = 0;          // CRC-32C of the payload moved so far
 };
 
 }  // namespace xccl

@@ -10,9 +10,12 @@
 // is moved per visit, so sends and receives to different peers interleave and both ring
 // directions keep flowing; a message completes in the visit that moves its last byte.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "collectives/device/device.h"
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "exchange.h"
@@ -20,6 +23,15 @@
 #include "frame.h"
 
 namespace xccl {
+namespace {
+
+std::string hexU32(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "0x%08x", v);
+  return b;
+}
+
+}  // namespace
 
 bool Exchange::viaPeerRead(int peer, PendingMsg& m) {
   if (m.peerRead < 0) {
@@ -78,7 +90,10 @@ bool Exchange::progressSend(int peer) {
   bool moved = false;
   if (m.phase == Phase::kHeader) {
     if (c->reserveSend(&win, sizeof(FrameHeader)) < sizeof(FrameHeader)) return false;
-    FrameHeader h = makeHeader(m.sig, m.p2p ? kFlagP2P : 0, m.seq, m.bytes);
+    m.checksummed = checksum_;
+    FrameHeader h = makeHeader(
+        m.sig, static_cast<uint16_t>((m.p2p ? kFlagP2P : 0) | (m.checksummed ? kFlagChecksum : 0)),
+        m.seq, m.bytes);
     std::memcpy(win, &h, sizeof(h));
     c->commitSend(sizeof(h));
     m.phase = Phase::kPayload;
@@ -92,6 +107,10 @@ bool Exchange::progressSend(int peer) {
     size_t got = c->reserveSendPayload(&win, want);
     if (got == 0) return false;
     device_.copy(win, m.src + m.done, got, CopyKind::kDeviceToStaging);
+    if (m.checksummed) m.crc = crc32cExtend(m.crc, win, got);
+    if (flipLeft_ > 0 && --flipLeft_ == 0) {  // tests: a corruption in flight, after the hash
+      static_cast<unsigned char*>(win)[got / 2] ^= 0x10;
+    }
     c->commitSendPayload(got);
     m.done += got;
     moved = true;
@@ -100,14 +119,25 @@ bool Exchange::progressSend(int peer) {
   // Every payload byte is committed: the pad (if any) and completion belong to this visit,
   // so a message whose last byte the peer has consumed is never left "posted" (a peer that
   // leaves right after consuming it must not fail us).
-  m.phase = Phase::kPad;
-  if (m.padLeft > 0) {
+  if (m.phase == Phase::kPayload) m.phase = Phase::kPad;
+  if (m.phase == Phase::kPad && m.padLeft > 0) {
     size_t got = c->reserveSendPayload(&win, m.padLeft);
     if (got == 0) return moved;
     if (!c->payloadLane()) std::memset(win, 0, got);  // a lane's window is device memory
     c->commitSendPayload(got);
     m.padLeft -= got;
     if (m.padLeft > 0) return true;
+  }
+  if (m.checksummed) {
+    m.phase = Phase::kTrailer;
+    if (c->reserveSend(&win, sizeof(FrameTrailer)) < sizeof(FrameTrailer)) return moved;
+    FrameTrailer t{};
+    t.magic = kTrailerMagic;
+    t.crc = m.crc;
+    t.bytes = m.bytes;
+    t.seq = m.seq;
+    std::memcpy(win, &t, sizeof(t));
+    c->commitSend(sizeof(t));
   }
   retire(q);
   --pending_;
@@ -133,6 +163,7 @@ bool Exchange::progressRecv(int peer) {
     }
     checkHeader(peer, m, h);
     c->consumeRecv(sizeof(h));
+    m.checksummed = (h.flags & kFlagChecksum) != 0;
     m.phase = (h.flags & kFlagPeerRead) ? Phase::kRef : Phase::kPayload;
     moved = true;
   }
@@ -177,6 +208,7 @@ bool Exchange::progressRecv(int peer) {
     size_t n = std::min({avail, m.bytes - m.done, sliceBytes_});
     n -= n % m.esize;
     if (n == 0) return false;
+    if (m.checksummed) m.crc = crc32cExtend(m.crc, win, n);  // before anything reads it
     if (m.kind == MsgKind::kRecvReduce) {
       device_.reduce(m.dst + m.done, m.local + m.done, win, n / m.esize, m.dtype, m.op);
     } else {
@@ -189,18 +221,47 @@ bool Exchange::progressRecv(int peer) {
     moved = true;
     if (m.done < m.bytes) return true;
   }
-  // Every payload byte is in: skip the pad and complete in this visit.
-  m.phase = Phase::kPad;
-  if (m.padLeft > 0) {
+  // Every payload byte is in: skip the pad (and check the trailer) and complete in this visit.
+  if (m.phase == Phase::kPayload) m.phase = Phase::kPad;
+  if (m.phase == Phase::kPad && m.padLeft > 0) {
     size_t n = std::min(c->peekRecvPayload(&win), m.padLeft);
     if (n == 0) return moved;
     c->consumeRecvPayload(n);
     m.padLeft -= n;
     if (m.padLeft > 0) return true;
   }
+  if (m.checksummed) {
+    m.phase = Phase::kTrailer;
+    if (c->peekRecv(&win) < sizeof(FrameTrailer)) return moved;
+    FrameTrailer t;
+    std::memcpy(&t, win, sizeof(t));
+    c->consumeRecv(sizeof(t));
+    verifyTrailer(peer, m, t);
+  }
   retire(q);
   --pending_;
   return true;
+}
+
+// A mismatch fails this rank's operation (and through its abort frames every peer's) before
+// the output is handed back: the bytes were reduced or copied as they arrived, but the
+// operation that holds them never completes successfully.
+void Exchange::verifyTrailer(int peer, const PendingMsg& m, const FrameTrailer& t) {
+  const char* kind = conns_[peer]->kind();
+  if (t.magic != kTrailerMagic || t.bytes != m.bytes || t.seq != m.seq) {
+    preferMismatch();
+    throw RemoteError(strCat("rank ", rank_, ": the checksum trailer of rank ", peer,
+                             "'s message (", kind, ", sequence ", m.seq, ", ", m.bytes,
+                             " bytes) is damaged (XCCL_CHECKSUM=1)"));
+  }
+  if (t.crc != m.crc) {
+    throw RemoteError(strCat("rank ", rank_, ": payload from rank ", peer, " over ", kind,
+                             " failed its checksum (sequence ", m.seq, ", bytes [0, ", m.bytes,
+                             ") of the message: CRC-32C ", hexU32(m.crc), " arrived, ",
+                             hexU32(t.crc),
+                             " sent; XCCL_CHECKSUM=1): corrupted in flight, the "
+                             "operation's output is not returned"));
+  }
 }
 
 // A recv-any takes the first peer whose next frame is a point-to-point message; frames

@@ -9,6 +9,8 @@
 // receiver compares it with its own (Exchange::checkHeader); `check` guards the header
 // against corruption. Abort frames carry the failing rank's reason as their payload.
 // Peer-read frames (kFlagPeerRead) carry a reference to the sender's buffer instead of it.
+// Checksummed frames (kFlagChecksum, XCCL_CHECKSUM=1) are followed, after their pad, by a
+// 64-byte trailer with the CRC-32C of the payload as the sender wrote it into the transport.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,11 @@ constexpr uint16_t kFlagAbort = 2;  // payload: the sender's error text
 // the sender's buffer in place and bumps Connection::peerReadDone(). No pad.
 constexpr uint16_t kFlagPeerRead = 4;
 constexpr size_t kMaxAbortText = 960;  // an abort frame is at most 1 KiB
+// The payload's CRC-32C travels in a trailer after the pad (in the byte stream, where
+// headers go): the sender hashes each slice as it copies it into the transport, so a
+// message forwarded slice by slice (sendForward) needs nothing whole.
+constexpr uint16_t kFlagChecksum = 8;
+constexpr uint32_t kTrailerMagic = 0x58434b31;  // "XCK1"
 
 struct FrameHeader {
   uint32_t magic;
@@ -44,6 +51,15 @@ struct FrameHeader {
   uint64_t check;
 };
 static_assert(sizeof(FrameHeader) == kFrameAlign, "header is one alignment unit");
+
+struct FrameTrailer {
+  uint32_t magic;  // kTrailerMagic
+  uint32_t crc;    // CRC-32C of the payload bytes
+  uint64_t bytes;  // the payload's size (the header's)
+  uint64_t seq;    // the header's sequence number
+  uint64_t reserved[5];
+};
+static_assert(sizeof(FrameTrailer) == kFrameAlign, "trailer is one alignment unit");
 
 uint64_t headerCheck(const FrameHeader& h);
 inline size_t padOf(size_t bytes) { return (kFrameAlign - bytes % kFrameAlign) % kFrameAlign; }
