@@ -18,7 +18,7 @@ namespace xccl {
 namespace {
 
 constexpr uint32_t kPoly = 0x82F63B78u;
-constexpr size_t kThreeWayMin = 3 * 1024;
+constexpr size_t kThreeWayMin = size_t{3} * 1024;
 
 std::array<uint32_t, 256> makeTable() {
   std::array<uint32_t, 256> t{};

@@ -369,32 +369,31 @@ void symmSpin(const std::function<bool()>& done, int pid, size_t timeoutMs,
 
 }  // namespace
 
-void XdevSymmetricMemory::putNow(int dst, int channel, size_t timeoutMs) {
-  uint32_t* s = slot(dst, channel, rank_);
+// Spins until this slot goes from `from` to `to` (compare-and-swap), `pid` being the rank
+// whose signal it waits on.
+void XdevSymmetricMemory::swapNow(uint32_t* slot, uint32_t from, uint32_t to, int pid,
+                                  size_t timeoutMs, const std::function<std::string()>& what) {
+  const int order = to == 1 ? __ATOMIC_RELEASE : __ATOMIC_ACQUIRE;
   symmSpin(
-      [s] {
-        uint32_t zero = 0;
-        return __atomic_compare_exchange_n(s, &zero, 1u, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+      [slot, from, to, order] {
+        uint32_t expected = from;
+        return __atomic_compare_exchange_n(slot, &expected, to, false, order, __ATOMIC_RELAXED);
       },
-      ranks_[dst].pid, timeoutMs,
-      [&] {
-        return "rank " + std::to_string(rank_) + " signalling rank " + std::to_string(dst) +
-               " on channel " + std::to_string(channel) + " (its previous signal not consumed)";
-      });
+      pid, timeoutMs, what);
+}
+
+void XdevSymmetricMemory::putNow(int dst, int channel, size_t timeoutMs) {
+  swapNow(slot(dst, channel, rank_), 0, 1, ranks_[dst].pid, timeoutMs, [&] {
+    return "rank " + std::to_string(rank_) + " signalling rank " + std::to_string(dst) +
+           " on channel " + std::to_string(channel) + " (its previous signal not consumed)";
+  });
 }
 
 void XdevSymmetricMemory::waitNow(int src, int channel, size_t timeoutMs) {
-  uint32_t* s = slot(rank_, channel, src);
-  symmSpin(
-      [s] {
-        uint32_t one = 1;
-        return __atomic_compare_exchange_n(s, &one, 0u, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
-      },
-      ranks_[src].pid, timeoutMs,
-      [&] {
-        return "rank " + std::to_string(rank_) + " waiting for rank " + std::to_string(src) +
-               "'s signal on channel " + std::to_string(channel);
-      });
+  swapNow(slot(rank_, channel, src), 1, 0, ranks_[src].pid, timeoutMs, [&] {
+    return "rank " + std::to_string(rank_) + " waiting for rank " + std::to_string(src) +
+           "'s signal on channel " + std::to_string(channel);
+  });
 }
 
 void XdevSymmetricMemory::barrierNow(int channel, size_t timeoutMs) {

@@ -80,6 +80,8 @@ class XdevSymmetricMemory final : public c10d::symmetric_memory::SymmetricMemory
 
  private:
   uint32_t* slot(int owner, int channel, int src);
+  void swapNow(uint32_t* slot, uint32_t from, uint32_t to, int pid, size_t timeoutMs,
+               const std::function<std::string()>& what);
   void checkChannel(const char* what, int channel, int peer);
 
   std::shared_ptr<SymmSegment> own_;

@@ -7,17 +7,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed._symmetric_memory as symm_mem
 
+from workers_observability import _error  # the message of what fn raised, or None
+
 
 def _dev(rank):
     return torch.device("xdev", rank % 2)
-
-
-def _error(fn):
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - the message is what the test checks
-        return str(e)
-    return None
 
 
 def _fold(parts, op):
