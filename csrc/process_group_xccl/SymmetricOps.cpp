@@ -134,9 +134,13 @@ at::Tensor oneShotOut(const at::Tensor& input, std::string reduceOp, std::string
   const SymmFold f = symmFoldOf(name, input, reduceOp);
   const size_t count = input.numel(), elem = input.element_size();
   char* dst = static_cast<char*>(out.data_ptr());
-  // An out inside any rank's buffer would change what the others are reading: fold aside.
-  const bool aside = dst + count * elem > m->bufferOf(m->get_rank()) &&
-                     dst < m->bufferOf(m->get_rank()) + m->get_buffer_size();
+  // An out inside any rank's buffer (its own, or a peer's through get_buffer) would change
+  // what the others are reading: fold aside.
+  bool aside = false;
+  for (int r = 0; r < m->get_world_size(); ++r) {
+    const char* b = m->bufferOf(r);
+    aside = aside || (dst + count * elem > b && dst < b + m->get_buffer_size());
+  }
   m->enqueue([m, at, count, elem, f, dst, aside] {
     m->barrierNow(0, 0);
     std::vector<char> scratch(aside ? count * elem : 0);
