@@ -103,9 +103,44 @@ __attribute__((target("sse4.2"))) uint32_t threeStreams(uint32_t crc, const unsi
   const uint32_t crcB = ~static_cast<uint32_t>(sb);
   return joinCrc(joinCrc(crcA, crcB, third), crcC, lastLen);
 }
+
+// threeStreams() that also stores every word it hashes at dst.
+__attribute__((target("sse4.2"))) uint32_t threeStreamsCopy(uint32_t crc, unsigned char* dst,
+                                                            const unsigned char* p, size_t n) {
+  const size_t third = n / 3 / 8 * 8;
+  uint64_t sa = ~crc, sb = 0xFFFFFFFFu, sc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < third; i += 8) {
+    uint64_t wa, wb, wc;
+    std::memcpy(&wa, p + i, 8);
+    std::memcpy(&wb, p + third + i, 8);
+    std::memcpy(&wc, p + 2 * third + i, 8);
+    sa = _mm_crc32_u64(sa, wa);
+    sb = _mm_crc32_u64(sb, wb);
+    sc = _mm_crc32_u64(sc, wc);
+    std::memcpy(dst + i, &wa, 8);
+    std::memcpy(dst + third + i, &wb, 8);
+    std::memcpy(dst + 2 * third + i, &wc, 8);
+  }
+  const size_t lastLen = n - 2 * third;
+  std::memcpy(dst + 3 * third, p + 3 * third, lastLen - third);
+  const uint32_t crcC = ~oneStream(static_cast<uint32_t>(sc), p + 3 * third, lastLen - third);
+  return joinCrc(joinCrc(~static_cast<uint32_t>(sa), ~static_cast<uint32_t>(sb), third), crcC,
+                 lastLen);
+}
 #endif
 
 }  // namespace
+
+uint32_t crc32cCopy(uint32_t crc, void* dst, const void* src, size_t n) {
+#if defined(__x86_64__)
+  if (crc32cHardware() && n >= kThreeWayMin) {
+    return threeStreamsCopy(crc, static_cast<unsigned char*>(dst),
+                            static_cast<const unsigned char*>(src), n);
+  }
+#endif
+  std::memcpy(dst, src, n);
+  return crc32cExtend(crc, dst, n);
+}
 
 bool crc32cHardware() {
 #if defined(__x86_64__)

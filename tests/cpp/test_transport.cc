@@ -423,6 +423,13 @@ TEST(Crc32c, KnownAnswersAndPieces) {
     EXPECT_EQ(c, whole) << piece;
   }
   EXPECT_EQ(xccl::crc32cSoftware(0, big.data(), big.size()), whole) << "table vs instruction";
+  for (size_t n : {size_t{5}, size_t{3071}, size_t{3072}, size_t{65537}, big.size()}) {
+    std::vector<unsigned char> copy(n + 1, 0xEE);
+    EXPECT_EQ(xccl::crc32cCopy(7, copy.data(), big.data(), n), xccl::crc32cExtend(7, big.data(), n))
+        << n;
+    EXPECT_EQ(std::memcmp(copy.data(), big.data(), n), 0) << n;
+    EXPECT_EQ(copy[n], 0xEE) << "nothing past the end";
+  }
   EXPECT_EQ(xccl::crc32cSoftware(0, "123456789", 9), 0xE3069283u);
   big[50000] ^= 0x10;
   EXPECT_NE(xccl::crc32cExtend(0, big.data(), big.size()), whole);

@@ -106,8 +106,11 @@ bool Exchange::progressSend(int peer) {
     if (want == 0) return false;
     size_t got = c->reserveSendPayload(&win, want);
     if (got == 0) return false;
-    device_.copy(win, m.src + m.done, got, CopyKind::kDeviceToStaging);
-    if (m.checksummed) m.crc = crc32cExtend(m.crc, win, got);
+    if (m.checksummed) {
+      device_.copyHashed(win, m.src + m.done, got, CopyKind::kDeviceToStaging, &m.crc);
+    } else {
+      device_.copy(win, m.src + m.done, got, CopyKind::kDeviceToStaging);
+    }
     if (flipLeft_ > 0 && --flipLeft_ == 0) {  // tests: a corruption in flight, after the hash
       static_cast<unsigned char*>(win)[got / 2] ^= 0x10;
     }
@@ -208,13 +211,15 @@ bool Exchange::progressRecv(int peer) {
     size_t n = std::min({avail, m.bytes - m.done, sliceBytes_});
     n -= n % m.esize;
     if (n == 0) return false;
-    if (m.checksummed) m.crc = crc32cExtend(m.crc, win, n);  // before anything reads it
+    const CopyKind into = streamingStores_ && !m.forwarded ? CopyKind::kStagingToDeviceNoReuse
+                                                           : CopyKind::kStagingToDevice;
     if (m.kind == MsgKind::kRecvReduce) {
+      if (m.checksummed) m.crc = crc32cExtend(m.crc, win, n);  // before the reduction reads it
       device_.reduce(m.dst + m.done, m.local + m.done, win, n / m.esize, m.dtype, m.op);
+    } else if (m.checksummed) {
+      device_.copyHashed(m.dst + m.done, win, n, into, &m.crc);
     } else {
-      device_.copy(m.dst + m.done, win, n,
-                   streamingStores_ && !m.forwarded ? CopyKind::kStagingToDeviceNoReuse
-                                                    : CopyKind::kStagingToDevice);
+      device_.copy(m.dst + m.done, win, n, into);
     }
     c->consumeRecvPayload(n);
     m.done += n;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "xccl.h"
 
 namespace xccl {
@@ -56,6 +57,13 @@ class Device {
 
   // Synchronous copy of `bytes` bytes.
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
+  // copy() that also extends *crc (CRC-32C) over the bytes, for XCCL_CHECKSUM=1. By default
+  // the copy, then a pass over the destination, which the host must be able to read; the
+  // host device (and xdev, whose memory is host memory) does both in one pass.
+  virtual void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint32_t* crc) {
+    copy(dst, src, bytes, kind);
+    *crc = crc32cExtend(*crc, dst, bytes);
+  }
   // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a);
   // b is device memory or registered staging memory. Avg and PremulSum are not reductions
   // at this level (callers use kSum plus scale()); bitwise ops only for integer types.
