@@ -25,6 +25,10 @@ using SymmClock = std::chrono::steady_clock;
 
 constexpr size_t kDefaultSignalTimeoutMs = 600 * 1000;  // timeout_ms == 0
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
+// Past torch's signal pad (which users may use as they like) each pad has one more line: a
+// word this rank sets when one of its operations on the memory failed, so that a peer
+// waiting for its signal fails at once instead of at the timeout.
+constexpr size_t kFailLine = 64;
 
 void symmCheck(xdevError_t e, const char* what) {
   TORCH_CHECK(e == xdevSuccess, "symm_mem (xdev): ", what, " failed: ", xdevGetErrorString(e), " (",
@@ -100,8 +104,8 @@ class XdevSymmAllocator final : public sm::SymmetricMemoryAllocator {
     seg->bytes = size;
     seg->padBytes = sm::get_signal_pad_size();
     symmCheck(xdevMalloc(&seg->buf, std::max<size_t>(size, 1)), "xdevMalloc (buffer)");
-    symmCheck(xdevMalloc(&seg->pad, seg->padBytes), "xdevMalloc (signal pad)");
-    std::memset(seg->pad, 0, seg->padBytes);  // device memory is host memory on xdev
+    symmCheck(xdevMalloc(&seg->pad, seg->padBytes + kFailLine), "xdevMalloc (signal pad)");
+    std::memset(seg->pad, 0, seg->padBytes + kFailLine);  // xdev memory is host memory
     std::lock_guard<std::mutex> g(mu_);
     blocks_[seg->buf] = Entry{seg, {}};
     return seg->buf;
@@ -308,8 +312,17 @@ bool XdevSymmetricMemory::world_within_direct_access() {
   return true;
 }
 
+// What fails on the stream marks this rank's fail word first (see kFailLine).
 void XdevSymmetricMemory::enqueue(std::function<void()> fn) {
-  enqueueOnCurrentStream(get_device(), std::move(fn));
+  auto self = c10::intrusive_ptr<XdevSymmetricMemory>::reclaim_copy(this);
+  enqueueOnCurrentStream(get_device(), [self, fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (...) {
+      __atomic_store_n(self->failedWord(self->rank_), 1u, __ATOMIC_RELEASE);
+      throw;
+    }
+  });
 }
 
 void enqueueOnCurrentStream(const c10::Device& d, std::function<void()> fn) {
@@ -340,9 +353,10 @@ void XdevSymmetricMemory::checkChannel(const char* what, int channel, int peer) 
 
 namespace {
 
-// Spins until `done`, failing when `pid` exits or the time is up.
-void symmSpin(const std::function<bool()>& done, int pid, size_t timeoutMs,
-              const std::function<std::string()>& what) {
+// Spins until `done`, failing when the peer's operation failed (*peerFailed), its process
+// `pid` exits, or the time is up.
+void symmSpin(const std::function<bool()>& done, const uint32_t* peerFailed, int pid,
+              size_t timeoutMs, const std::function<std::string()>& what) {
   const auto start = SymmClock::now();
   auto nextLook = start + kLivenessPeriod;
   const auto limit =
@@ -350,6 +364,11 @@ void symmSpin(const std::function<bool()>& done, int pid, size_t timeoutMs,
   for (uint64_t i = 0;; ++i) {
     if (done()) return;
     if (i < 256) continue;
+    if (__atomic_load_n(peerFailed, __ATOMIC_ACQUIRE) != 0) {
+      throw std::runtime_error(
+          "symm_mem (xdev): " + what() +
+          ": that rank's operation on this memory failed (its error says why)");
+    }
     std::this_thread::yield();
     const auto now = SymmClock::now();
     if (now < nextLook) continue;
@@ -371,7 +390,7 @@ void symmSpin(const std::function<bool()>& done, int pid, size_t timeoutMs,
 
 // Spins until this slot goes from `from` to `to` (compare-and-swap), `pid` being the rank
 // whose signal it waits on.
-void XdevSymmetricMemory::swapNow(uint32_t* slot, uint32_t from, uint32_t to, int pid,
+void XdevSymmetricMemory::swapNow(uint32_t* slot, uint32_t from, uint32_t to, int peer,
                                   size_t timeoutMs, const std::function<std::string()>& what) {
   const int order = to == 1 ? __ATOMIC_RELEASE : __ATOMIC_ACQUIRE;
   symmSpin(
@@ -379,18 +398,22 @@ void XdevSymmetricMemory::swapNow(uint32_t* slot, uint32_t from, uint32_t to, in
         uint32_t expected = from;
         return __atomic_compare_exchange_n(slot, &expected, to, false, order, __ATOMIC_RELAXED);
       },
-      pid, timeoutMs, what);
+      failedWord(peer), ranks_[peer].pid, timeoutMs, what);
+}
+
+uint32_t* XdevSymmetricMemory::failedWord(int r) {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(ranks_[r].pad) + own_->padBytes);
 }
 
 void XdevSymmetricMemory::putNow(int dst, int channel, size_t timeoutMs) {
-  swapNow(slot(dst, channel, rank_), 0, 1, ranks_[dst].pid, timeoutMs, [&] {
+  swapNow(slot(dst, channel, rank_), 0, 1, dst, timeoutMs, [&] {
     return "rank " + std::to_string(rank_) + " signalling rank " + std::to_string(dst) +
            " on channel " + std::to_string(channel) + " (its previous signal not consumed)";
   });
 }
 
 void XdevSymmetricMemory::waitNow(int src, int channel, size_t timeoutMs) {
-  swapNow(slot(rank_, channel, src), 1, 0, ranks_[src].pid, timeoutMs, [&] {
+  swapNow(slot(rank_, channel, src), 1, 0, src, timeoutMs, [&] {
     return "rank " + std::to_string(rank_) + " waiting for rank " + std::to_string(src) +
            "'s signal on channel " + std::to_string(channel);
   });

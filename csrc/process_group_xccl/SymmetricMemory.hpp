@@ -16,7 +16,8 @@
 // wait_signal(src, ch) turns this rank's slot (ch, src) from 1 back to 0, so pads are zero
 // again after every matched pair. They run on the current xdev stream (host functions on
 // its worker), after the work queued before them. A wait gives up with an error when the
-// peer's process exits (looked at every 50 ms) or after timeout_ms (0: 600 s, where CUDA
+// peer's process exits (looked at every 50 ms), when one of the peer's operations on this
+// memory failed (a word past its pad says so), or after timeout_ms (0: 600 s, where CUDA
 // would wait forever); the error is the stream's sticky launch failure and names the rank.
 #pragma once
 
@@ -80,8 +81,9 @@ class XdevSymmetricMemory final : public c10d::symmetric_memory::SymmetricMemory
 
  private:
   uint32_t* slot(int owner, int channel, int src);
-  void swapNow(uint32_t* slot, uint32_t from, uint32_t to, int pid, size_t timeoutMs,
+  void swapNow(uint32_t* slot, uint32_t from, uint32_t to, int peer, size_t timeoutMs,
                const std::function<std::string()>& what);
+  uint32_t* failedWord(int r);  // past rank r's signal pad: its operation here failed
   void checkChannel(const char* what, int channel, int peer);
 
   std::shared_ptr<SymmSegment> own_;

@@ -68,3 +68,13 @@ def test_reduce_scatter_out_splits_rows_or_columns_as_cuda_does():
     for r in run_world(w.reduce_scatter, 3, timeout=80, device_id="xdev"):
         assert r["rows"] and r["cols"], r
         assert "(5) does not divide by the group's 3 ranks" in r["uneven"], r
+
+
+@pytest.mark.timeout(120)
+def test_a_wait_for_a_peer_whose_own_wait_failed_ends_at_once():
+    r0, r1 = run_world(w.a_failed_peer_is_not_waited_for, 3, timeout=100, device_id="xdev",
+                       allow_exit=(2,))[:2]
+    assert "waiting for rank 2's signal" in r1["error"] and "exited" in r1["error"], r1
+    assert "waiting for rank 1's signal" in r0["error"], r0
+    assert "that rank's operation on this memory failed" in r0["error"], r0
+    assert r0["seconds"] < 10, r0  # not the 600 s timeout

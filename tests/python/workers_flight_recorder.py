@@ -76,7 +76,13 @@ def skip_collective(rank, world):
     dist.all_reduce(t)
     dist.broadcast(t, src=0)
     if rank == 1:
-        time.sleep(8)  # busy elsewhere: a peer's request makes it dump meanwhile
+        # Busy elsewhere: a peer's request makes it dump meanwhile. Until its dump is there
+        # (at most 30 s; it is written aside and renamed into place whole): a fixed 8 s sleep
+        # raced the peers' 3 s timeouts on a loaded machine.
+        mine = os.path.join(os.environ["TORCH_XCCL_TRACE_DIR"], "rank_1.json")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(mine) and time.monotonic() < deadline:
+            time.sleep(0.1)
         return {"skipped": True}
     start = time.monotonic()
     try:

@@ -186,3 +186,22 @@ def reduce_scatter(rank, world):
     out["uneven"] = _error(lambda: torch.ops.symm_mem.reduce_scatter_out(
         odd, name, True, torch.empty(6, 5, device=dev)))
     return out
+
+
+def a_failed_peer_is_not_waited_for(rank, world):
+    """Rank 2 exits; rank 1's wait for it fails, which marks rank 1's pad; rank 0, waiting for
+    rank 1 (alive, but it will never signal), fails at once instead of at the timeout."""
+    dev = _dev(rank)
+    t = symm_mem.empty(64, device=dev)
+    h = symm_mem.rendezvous(t, dist.group.WORLD)
+    h.barrier()
+    torch.xdev.synchronize(dev)
+    dist.barrier()
+    if rank == 2:
+        os._exit(0)
+    start = time.monotonic()
+    h.wait_signal(rank + 1)  # rank 1 waits for rank 2, rank 0 for rank 1
+    err = _error(lambda: torch.xdev.synchronize(dev))
+    out = {"error": err, "seconds": time.monotonic() - start}
+    time.sleep(0.5)  # rank 1 stays alive while rank 0 still waits
+    return out

@@ -162,6 +162,7 @@ def collective_failure(rank, world):
     x = torch.ones(N, device=dev)
     dist.all_reduce(x)
     if rank == 1:
+        x.cpu()  # its part of the first collective done (stream-ordered), then it dies
         os._exit(0)
     err = None
     t0 = time.perf_counter()
