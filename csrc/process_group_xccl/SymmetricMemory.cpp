@@ -312,7 +312,8 @@ bool XdevSymmetricMemory::world_within_direct_access() {
   return true;
 }
 
-// What fails on the stream marks this rank's fail word first (see kFailLine).
+// The task holds a reference to this object until it ran (so callers may capture `this`);
+// what fails on the stream marks this rank's fail word first (see kFailLine).
 void XdevSymmetricMemory::enqueue(std::function<void()> fn) {
   auto self = c10::intrusive_ptr<XdevSymmetricMemory>::reclaim_copy(this);
   enqueueOnCurrentStream(get_device(), [self, fn = std::move(fn)] {
@@ -427,21 +428,17 @@ void XdevSymmetricMemory::barrierNow(int channel, size_t timeoutMs) {
 
 void XdevSymmetricMemory::barrier(int channel, size_t timeout_ms) {
   for (int r = 0; r < get_world_size(); ++r) checkChannel("barrier", channel, r);
-  c10::intrusive_ptr<XdevSymmetricMemory> self =
-      c10::intrusive_ptr<XdevSymmetricMemory>::reclaim_copy(this);
-  enqueue([self, channel, timeout_ms] { self->barrierNow(channel, timeout_ms); });
+  enqueue([this, channel, timeout_ms] { barrierNow(channel, timeout_ms); });
 }
 
 void XdevSymmetricMemory::put_signal(int dst_rank, int channel, size_t timeout_ms) {
   checkChannel("put_signal", channel, dst_rank);
-  auto self = c10::intrusive_ptr<XdevSymmetricMemory>::reclaim_copy(this);
-  enqueue([self, dst_rank, channel, timeout_ms] { self->putNow(dst_rank, channel, timeout_ms); });
+  enqueue([this, dst_rank, channel, timeout_ms] { putNow(dst_rank, channel, timeout_ms); });
 }
 
 void XdevSymmetricMemory::wait_signal(int src_rank, int channel, size_t timeout_ms) {
   checkChannel("wait_signal", channel, src_rank);
-  auto self = c10::intrusive_ptr<XdevSymmetricMemory>::reclaim_copy(this);
-  enqueue([self, src_rank, channel, timeout_ms] { self->waitNow(src_rank, channel, timeout_ms); });
+  enqueue([this, src_rank, channel, timeout_ms] { waitNow(src_rank, channel, timeout_ms); });
 }
 
 c10::intrusive_ptr<XdevSymmetricMemory> symmetricMemoryOf(const at::Tensor& t,

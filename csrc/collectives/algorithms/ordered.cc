@@ -47,6 +47,16 @@ size_t pieceElems(const Exchange& ex, size_t elemSize) {
 // are posted, and p sends its piece first); onFolded(last) posts what goes out of dst: `last` is
 // the final step's receive, to forward slice by slice as it lands (Exchange::sendForward), or null
 // when the final step was local (dst is complete then). One wait for the whole round.
+// Sends this rank's folded block to `peer`: the fold's last step forwarded as it lands, or,
+// when there was no step to fold (`last` empty), the block as it is.
+void sendFolded(Exchange& ex, int peer, const MsgRef& last, const char* block, size_t bytes) {
+  if (last) {
+    ex.sendForward(peer, last);
+  } else {
+    ex.send(peer, block, bytes);
+  }
+}
+
 template <typename SendPiece, typename AlsoFrom, typename OnFolded>
 void foldRound(Exchange& ex, const CollArgs& args, SendPiece&& sendPiece,
                const std::vector<size_t>& elems, const void* mine, void* dst, AlsoFrom&& alsoFrom,
@@ -140,14 +150,7 @@ void allreduceRun(Exchange& ex, const CollArgs& args) {
       if (elems[peer] > 0) ex.recv(peer, recv + b.first(peer) * es, elems[peer] * es);
     };
     auto sendMine = [&](const MsgRef& last) {
-      for (int i = 1; i < n; ++i) {
-        const int peer = (me + i) % n;
-        if (last) {
-          ex.sendForward(peer, last);
-        } else {
-          ex.send(peer, myBlock, elems[me] * es);
-        }
-      }
+      for (int i = 1; i < n; ++i) sendFolded(ex, (me + i) % n, last, myBlock, elems[me] * es);
     };
     foldRound(
         ex, args, [&](int peer) { return send + b.first(peer) * es; }, elems,
@@ -171,12 +174,7 @@ void reduceRun(Exchange& ex, const CollArgs& args) {
       }
     };
     auto toRoot = [&](const MsgRef& last) {
-      if (me == root) return;
-      if (last) {
-        ex.sendForward(root, last);
-      } else {
-        ex.send(root, myBlock, elems[me] * es);
-      }
+      if (me != root) sendFolded(ex, root, last, myBlock, elems[me] * es);
     };
     foldRound(
         ex, args, [&](int peer) { return send + b.first(peer) * es; }, elems,
