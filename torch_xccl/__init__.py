@@ -8,14 +8,17 @@ See docs/PLUGIN.md for the routing, the TORCH_XCCL_* knobs and the limits.
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 # The xdev device first: torch_xccl._xdev_C registers PrivateUse1 (guard, hooks, allocators,
-# kernels); xdev._register() names it "xdev" and installs torch.xdev (docs/XDEV_TORCH.md).
+# kernels); xdev._register() names it "xdev" and installs torch.xdev (docs/XDEV_TORCH.md),
+# unless torch was built for a GPU and xdev was not asked for (xdev._wanted: torch would make
+# it the accelerator ahead of the GPU).
 from . import xdev as _xdev
 
-_xdev._register()
+if _xdev._wanted():
+    _xdev._register()
 
-from . import xdev_syncbn as _xdev_syncbn  # noqa: E402  SyncBatchNorm's kernels on xdev
+    from . import xdev_syncbn as _xdev_syncbn  # SyncBatchNorm's kernels on xdev
 
-_xdev_syncbn.register()
+    _xdev_syncbn.register()
 
 import torch.distributed  # noqa: E402,F401
 

@@ -26,7 +26,8 @@ looks up two names in the ``distributed_c10d`` module namespace at call time:
 
 and two data entries: ``Backend.backend_capability["xccl"] = ["cpu", "xdev", "cuda"]`` so that
 ``BackendConfig("xccl")`` maps the "cpu", "xdev" and "cuda" devices to our backend (torch's default
-is "xpu"); torch creates one backend and registers it for every device. And
+is "xpu"); torch creates one backend and registers it for every device ("xdev" only where this
+process registered the device: not on a torch built for a GPU unless asked for). And
 ``Backend.default_device_backend_map["xdev"] = "xccl"``, the table where torch asks third-party
 devices to name their default backend (cpu -> gloo, cuda -> nccl, xpu -> xccl): it serves
 ``init_process_group()`` without a backend in a process whose accelerator is xdev,
@@ -59,7 +60,16 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 OVERRIDE_ENV = "TORCH_XCCL_OVERRIDE_BUILTIN"
-DEVICES = ["cpu", "xdev", "cuda"]  # xdev: registered by torch_xccl.xdev before routing runs
+
+
+def devices() -> list:
+    """The devices the backend serves: cpu, cuda, and xdev where this process registered it
+    (torch_xccl.xdev, before routing runs; not on a torch built for a GPU unless asked for)."""
+    from . import xdev
+
+    return ["cpu", "xdev", "cuda"] if xdev.registered() else ["cpu", "cuda"]
+
+
 
 # Captured before anything here runs: does torch itself ship XCCL?
 _torch_is_xccl_available = c10d.is_xccl_available
@@ -116,7 +126,7 @@ def _install_shrink() -> None:
     device, else cpu) and under the type GLOO (NCCL for cuda); a torch_xccl group serves cpu,
     xdev and cuda tensors alike, as type XCCL. The one private torch function wrapped here
     (``_create_shrunk_process_group``, torch >= 2.10): the group it returns gets our backend
-    for every device of ``DEVICES``, type XCCL."""
+    for every device of ``devices()``, type XCCL."""
     original = getattr(c10d, "_create_shrunk_process_group", None)
     if original is None or getattr(original, "_torch_xccl", False):
         return  # torch < 2.10 has no shrink_group; or already wrapped
@@ -131,7 +141,7 @@ def _install_shrink() -> None:
             # type casts it to ProcessGroupGloo (DDP's logger does, and crashes). Ours is
             # XCCL, as at init_process_group, for every device it serves.
             xccl = c10d.ProcessGroup.BackendType.XCCL
-            for name in DEVICES:
+            for name in devices():
                 pg._register_backend(torch.device(name), xccl, new_backend)
             pg._set_default_backend(xccl)
         return pg
@@ -181,8 +191,9 @@ def _install() -> None:
     c10d.ProcessGroupXCCL = ProcessGroupXCCL
     c10d.is_xccl_available = _routed_is_xccl_available
     dist.is_xccl_available = _routed_is_xccl_available
-    c10d.Backend.backend_capability[c10d.Backend.XCCL] = list(DEVICES)
-    c10d.Backend.default_device_backend_map.setdefault("xdev", c10d.Backend.XCCL)
+    c10d.Backend.backend_capability[c10d.Backend.XCCL] = devices()
+    if "xdev" in devices():
+        c10d.Backend.default_device_backend_map.setdefault("xdev", c10d.Backend.XCCL)
 
 
 def route() -> str:

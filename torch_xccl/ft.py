@@ -54,7 +54,7 @@ class ProcessGroupXCCL(ProcessGroupWrapper):
                                    self._global_ranks, report_stream_errors=True)
         pg = c10d.ProcessGroup(store, rank, world_size)
         xccl = c10d.ProcessGroup.BackendType.XCCL
-        for name in _routing.DEVICES:
+        for name in _routing.devices():
             if name == "cuda" and not torch.cuda.is_available():
                 continue
             pg._register_backend(torch.device(name), xccl, backend)

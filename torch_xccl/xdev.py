@@ -15,7 +15,9 @@ xdev exists on every machine, so it becomes torch's accelerator only in a proces
 it (docs/XDEV_TORCH.md, "xdev beside CPU-only programs"): the first xdev tensor, device,
 stream or ``torch.xdev.init()`` claims it, or ``TORCH_XCCL_ACCELERATOR=xdev`` from the start.
 Before that, ``is_available()`` (and so ``torch.accelerator.is_available()``) is False and
-torch picks its CPU defaults, exactly as without torch_xccl.
+torch picks its CPU defaults, exactly as without torch_xccl. On a torch built for CUDA, ROCm
+or XPU, xdev is not registered at all unless ``TORCH_XCCL_ACCELERATOR=xdev`` (``_wanted``):
+torch would make it the accelerator ahead of the GPU.
 """
 from __future__ import annotations
 
@@ -389,6 +391,38 @@ def _sleep(ms: int) -> None:
 
 
 _registered = False
+
+
+def _builtin_accelerator() -> Optional[str]:
+    """The accelerator this torch was built for ("cuda" for CUDA and ROCm, "xpu"), or None.
+
+    A compile-time answer: asking whether a GPU is there would initialise its driver at
+    ``import torch`` (the autoload runs this) and could spoil a later fork."""
+    if torch.backends.cuda.is_built():
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and getattr(xpu, "_is_compiled", lambda: False)():
+        return "xpu"
+    return None
+
+
+def _wanted() -> bool:
+    """Whether this process registers xdev as torch's PrivateUse1 device.
+
+    torch makes a registered PrivateUse1 device its accelerator, ahead of CUDA and XPU
+    (``torch.accelerator.current_accelerator()``), and ``init_process_group(device_id=cuda:0)``
+    then refuses the GPU. So on a torch built for CUDA, ROCm or XPU, xdev is registered only
+    when asked for with ``TORCH_XCCL_ACCELERATOR=xdev``; the xccl backend serves cuda tensors
+    without it (found on an H100, 2026-11-27: merely installing torch_xccl broke NCCL's
+    ``device_id``). On a CPU-only torch it is always registered, and claimed at first use."""
+    if os.environ.get("TORCH_XCCL_ACCELERATOR", "") == "xdev":
+        return True
+    return _builtin_accelerator() is None
+
+
+def registered() -> bool:
+    """Whether the xdev device is registered with torch in this process (see _wanted)."""
+    return _registered
 
 
 def _register() -> None:

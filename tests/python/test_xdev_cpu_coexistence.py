@@ -199,3 +199,45 @@ def test_init_process_group_without_backend_on_xdev_is_xccl(select, env, monkeyp
         assert r["accelerator"] == "xdev" and r["xccl"], r  # torch's pick for xdev: xccl
         assert r["sum"] == [3.0, 3.0, 3.0], r
         assert r.get("mesh_device", "xdev") == "xdev", r
+
+
+# A torch built for a GPU: torch makes a registered PrivateUse1 device its accelerator ahead of
+# CUDA, and init_process_group(device_id=cuda:0) then refused the GPU in every process that had
+# merely installed torch_xccl (H100, 2026-11-27). There xdev is registered only when asked for.
+# This machine's torch is CPU-only, so the script tells torch_xccl that torch was built for
+# CUDA (torch.backends.cuda.is_built, which is what it asks) before the import.
+GPU_TORCH_SCRIPT = textwrap.dedent(r"""
+    import json, os
+    import torch
+    torch.backends.cuda.is_built = lambda: True
+    import torch_xccl, torch.distributed as dist
+    out = {"name": torch._C._get_privateuse1_backend_name(),
+           "accelerator": str(torch.accelerator.current_accelerator()),
+           "torch_xdev": hasattr(torch, "xdev"), "registered": torch_xccl.xdev.registered()}
+    dist.init_process_group("xccl", rank=0, world_size=1, store=dist.HashStore())
+    out["config"] = str(dist.get_backend_config())
+    t = torch.arange(4.0)
+    dist.all_reduce(t)
+    out["all_reduce"] = t.tolist()
+    dist.destroy_process_group()
+    print("RESULT " + json.dumps(out, sort_keys=True))
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("asked", [False, True], ids=["default", "asked"])
+def test_a_torch_built_for_a_gpu_keeps_its_accelerator(asked):
+    env = _env([ROOT], {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    if asked:
+        env["TORCH_XCCL_ACCELERATOR"] = "xdev"
+    p = subprocess.run([sys.executable, "-c", GPU_TORCH_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=100)
+    out = _result(p.returncode, p.stdout, p.stderr)
+    assert out["all_reduce"] == [0.0, 1.0, 2.0, 3.0]
+    if asked:  # the user's choice: xdev is the accelerator, the GPU's device_id is refused
+        assert out["name"] == "xdev" and out["accelerator"] == "xdev" and out["registered"]
+        assert out["config"] == "cpu:xccl,xdev:xccl,cuda:xccl"
+    else:
+        assert out["name"] == "privateuseone" and out["accelerator"] == "None"
+        assert not out["torch_xdev"] and not out["registered"]
+        assert out["config"] == "cpu:xccl,cuda:xccl"
