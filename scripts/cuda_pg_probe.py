@@ -9,13 +9,15 @@ native stacks are dumped with gdb (or cuda-gdb) when the machine has one.
 
   python3 scripts/cuda_pg_probe.py [--variants default,eager,...] [--timeout 25] [--out DIR]
 
-Variants: default; eager (CUDA_MODULE_LOADING=EAGER); kernel (XCCL_CUDA_HOLD=kernel); exec and
-exec_eager (XCCL_CUDA_HOLD=exec: the executor kernel, no CUDA call of the host while a stream
-is held); staging (XCCL_SHM_LANE=0: payloads through host memory instead of CUDA IPC lanes);
-warm (every torch kernel the steps use runs once before the first collective). Default list:
-default, eager, exec_eager, exec. On 2026-11-27 (H100) both ranks hung in step 3 (torch's
-jiterator compiles and loads a module there) under eager, warm, kernel and staging with the
-memop hold, and under eager, warm and staging with the executor; default passed both times.
+Variants: default (collectives staged through pinned host memory, XCCL_CUDA_STAGING=1); eager
+(CUDA_MODULE_LOADING=EAGER); kernel (XCCL_CUDA_HOLD=kernel); direct and direct_eager
+(XCCL_CUDA_STAGING=0: the steps as CUDA calls of the progress thread, as before 2026-11-27's
+fourth GPU run); exec and exec_eager (XCCL_CUDA_HOLD=exec: the executor kernel); hostrings
+(direct, with payloads through host rings instead of CUDA IPC lanes, XCCL_SHM_LANE=0); warm
+(every torch kernel the steps use runs once before the first collective). Default list:
+default, eager, direct_eager. On 2026-11-27 (H100, before staging) both ranks hung in step 3
+(torch's jiterator compiles and loads a module there) under eager, warm, kernel and host rings
+with the direct steps, and under eager, warm and host rings with the executor; default passed.
 Steps per rank: sync all_reduce, async all_reduce + future, an all_reduce with a kernel never
 launched before queued behind it, then a 64 MiB all_reduce timed five times (GB/s).
 Exit status 0 when every variant passed.
@@ -38,9 +40,11 @@ VARIANTS = {
     "default": {},
     "eager": {"CUDA_MODULE_LOADING": "EAGER"},
     "kernel": {"XCCL_CUDA_HOLD": "kernel"},
+    "direct": {"XCCL_CUDA_STAGING": "0"},
+    "direct_eager": {"XCCL_CUDA_STAGING": "0", "CUDA_MODULE_LOADING": "EAGER"},
     "exec": {"XCCL_CUDA_HOLD": "exec"},
     "exec_eager": {"XCCL_CUDA_HOLD": "exec", "CUDA_MODULE_LOADING": "EAGER"},
-    "staging": {"XCCL_SHM_LANE": "0"},
+    "hostrings": {"XCCL_CUDA_STAGING": "0", "XCCL_SHM_LANE": "0"},
     "warm": {"PROBE_WARM": "1"},
 }
 
@@ -121,7 +125,9 @@ def stacks(pid: int) -> str:
         except OSError:
             continue
         out.append(f"tid {tid} {comm} state {state} wchan {wchan} syscall {sysc}")
-    gdb = shutil.which("cuda-gdb") or shutil.which("gdb")
+    # Plain gdb first: cuda-gdb attaching to a live CUDA process stopped on the driver's
+    # SIGSEGV and printed no frame on 2026-11-27, whatever `handle` said.
+    gdb = shutil.which("gdb") or shutil.which("cuda-gdb")
     if not gdb:
         return "\n".join(out + ["(no gdb on this machine)"])
     try:
@@ -130,7 +136,9 @@ def stacks(pid: int) -> str:
                             "-ex", f"attach {pid}", "-ex", "thread apply all bt 25",
                             "-ex", "detach"],
                            capture_output=True, text=True, timeout=40)
-        out += [ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread"))][:300]
+        frames = [ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread"))][:300]
+        out += frames or [f"({os.path.basename(gdb)} printed no frame; its last lines:)"] + (
+            r.stdout + r.stderr).splitlines()[-8:]
     except subprocess.TimeoutExpired:
         out.append("(gdb timed out)")
     return "\n".join(out)
@@ -171,7 +179,7 @@ def run_variant(name: str, timeout: float, out: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", default="default,eager,exec_eager,exec")
+    ap.add_argument("--variants", default="default,eager,direct_eager")
     ap.add_argument("--timeout", type=float, default=25.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)

@@ -26,9 +26,9 @@
 #              native stacks of a hung rank. When its default variant fails, pytest and bench
 #              are skipped (they would each spend their timeout)
 #   conform    xccl-tests --conformance -D cuda: 2 and 3 processes, and 2 threads, on the GPU(s)
-#   pytest     tests/python/test_cuda.py
 #   bench      bench/bench_cuda.py: busbw vs the GPU's D2D copy, vs gloo and vs NCCL in the same
 #              run, 8 B latency
+#   pytest     tests/python/test_cuda.py, one pytest per test (quickest first)
 #   cpu        the CPU scaling runs this machine's cores allow: xccl-tests all_reduce and
 #              bench_torch (xccl vs gloo, and Open MPI when mpirun is there) at 4, 8, 16 ranks
 #              (XCCL_GPU_CHECK_RANKS, XCCL_GPU_CHECK_CPU_MAX: the CI sample runs 2 ranks, 64K)
@@ -49,7 +49,7 @@ JOBS=${JOBS:-$(nproc)}
 export CUDAARCHS=${CUDAARCHS:-90}
 CPU_RANKS=${XCCL_GPU_CHECK_RANKS:-4 8 16}   # the cpu step's world sizes
 CPU_MAX=${XCCL_GPU_CHECK_CPU_MAX:-64M}      # and its largest message
-ALL_STEPS="info deps core plugin smoke ctest diag probe conform pytest bench cpu"
+ALL_STEPS="info deps core plugin smoke ctest diag probe conform bench pytest cpu"
 QUICK_STEPS="info deps core smoke diag conform"
 steps=$ALL_STEPS
 dry=0
@@ -226,14 +226,27 @@ step_diag() {
   done
 }
 
-step_probe() { $PY scripts/cuda_pg_probe.py --timeout 25 --out "$OUT/logs"; }
+step_probe() {  # XCCL_GPU_PROBE_VARIANTS: the probe's --variants (its default list otherwise)
+  $PY scripts/cuda_pg_probe.py --timeout 25 --out "$OUT/logs" \
+    ${XCCL_GPU_PROBE_VARIANTS:+--variants "$XCCL_GPU_PROBE_VARIANTS"}
+}
 probe_default_passed() {
   $PY -c 'import json, sys; r = json.load(open(sys.argv[1]))
 sys.exit(0 if any(v["variant"] == "default" and v["passed"] for v in r) else 1)' \
     "$OUT/logs/cuda_pg_probe.json" 2>/dev/null
 }
 
-step_pytest() { $PY -m pytest tests/python/test_cuda.py -q -rs --timeout=400 --durations=10; }
+# One pytest per test, quickest first, so that a step cut short by the budget still has every
+# finished test's outcome and traceback in its log (a single -q run printed only "FF").
+step_pytest() {
+  local rc=0 t
+  for t in bad_cuda_input one_rank_nccl ddp_on_cuda sync_batchnorm fsdp2 collective_matrix; do
+    echo "== pytest -k $t"
+    $PY -m pytest tests/python/test_cuda.py -k "$t" -q -rs --tb=short -p no:cacheprovider \
+      --durations=3 || rc=1
+  done
+  return $rc
+}
 
 step_bench() {
   # 64 MiB and 16 MiB: at the 0.24 GB/s measured so far a 1 GiB size alone would spend the

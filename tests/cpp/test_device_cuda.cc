@@ -258,17 +258,18 @@ TEST(CudaColl, ThreeRanksOnOneGpuEveryDtypeAndOp) {
   ranksOnOneGpu(3);
 }
 
-// The executor (XCCL_CUDA_HOLD=exec) makes no CUDA call while a stream is held, so a module
-// loaded by another thread while a collective is in flight must not stop it (with the steps
-// as CUDA calls of the progress thread, a load that waits for the held stream and a step that
-// waits for the load deadlock). Both ranks' all_reduce is queued first (ranks of one process:
-// a rank that joined only after the load began would be held up by the load itself, which
-// waits for the first rank's stream; NCCL's single-process groups have the same rule), the
-// message is large enough to be in flight, then the module is loaded.
-// Added after the last GPU run (2026-11-27): not yet run on a GPU.
-TEST(CudaColl, ModuleLoadWhileAnExecutorHoldsAStreamCompletes) {
-  REQUIRE_GPU();
-  ::setenv("XCCL_CUDA_HOLD", "exec", 1);  // before the device exists (one test per process)
+// A module loaded by another thread while a collective holds a stream must not stop the
+// collective. With the steps as CUDA calls of the progress thread, a load that waits for the
+// held stream and a step that waits for the load deadlock: the hang first seen on an H100
+// (docs/CUDA.md). Staging (the default) queues every GPU step on the enqueuing thread, so the
+// progress thread makes no CUDA call; the executor (XCCL_CUDA_HOLD=exec) was meant to avoid
+// them too, and deadlocked on the H100 all the same (2026-11-27). Both ranks' all_reduce is
+// queued first (ranks of one process: a rank that joined only after the load began would be
+// held up by the load itself, which waits for the first rank's stream; NCCL's
+// single-process groups have the same rule), the message is large enough to be in flight,
+// then the module is loaded. The knobs are set before the device exists: one test per
+// process (ctest runs each alone).
+void moduleLoadDuringACollective() {
   std::vector<xcclComm_t> comms = commsOnOneGpu(2);
   ASSERT_EQ(comms.size(), 2u);
   std::vector<cudaStream_t> streams(2);
@@ -319,6 +320,18 @@ TEST(CudaColl, ModuleLoadWhileAnExecutorHoldsAStreamCompletes) {
     EXPECT_EQ(xcclCommDestroy(comms[r]), xcclSuccess);
     cudaStreamDestroy(streams[r]);
   }
+}
+
+TEST(CudaColl, ModuleLoadWhileAStagedCollectiveHoldsAStreamCompletes) {
+  REQUIRE_GPU();
+  ::setenv("XCCL_CUDA_STAGING", "1", 1);
+  moduleLoadDuringACollective();
+}
+
+TEST(CudaColl, ModuleLoadWhileAnExecutorHoldsAStreamCompletes) {
+  REQUIRE_GPU();
+  ::setenv("XCCL_CUDA_HOLD", "exec", 1);
+  moduleLoadDuringACollective();
 }
 
 #endif

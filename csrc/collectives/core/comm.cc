@@ -73,7 +73,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       name_(config.name ? config.name : ""),
       config_(config),
       scope_(recordScope(secret)),
-      device_(&getDevice(deviceKind(config.deviceType), config.device)) {
+      device_(&getDevice(deviceKind(config.deviceType), config.device)),
+      engine_(device_->stagesThroughHost() ? &getDevice("host", -1) : device_) {
   config_.name = nullptr;  // the caller's string: name_ keeps a copy
   const bool setsReproducible =
       XCCL_CONFIG_HAS(&config, reproducible) && config.reproducible != XCCL_CONFIG_UNDEF_INT;
@@ -95,7 +96,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
                 "); rings follow host identities only");
     }
   }
-  peers_ = connectPeers(store, rank, nranks, secret, *device_, Deadline::after(timeoutMs_),
+  peers_ = connectPeers(store, rank, nranks, secret, *engine_, Deadline::after(timeoutMs_),
                         cancel != nullptr ? *cancel : abort_, hostText, watch);
   if (peers_.acceptor) peers_.acceptor->beatHeld(heartbeatIntervalMs());
   std::vector<std::string> hostIds, hostTexts;
@@ -113,7 +114,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   topo_ = buildCommTopology(hostIds, ordinals, hostTexts, topoFile);
   std::vector<Connection*> conns;
   for (auto& c : peers_.connections) conns.push_back(c.get());
-  exchange_ = std::make_unique<Exchange>(rank, nranks, *device_, conns, topo_.plan.ring(), abort_);
+  exchange_ = std::make_unique<Exchange>(rank, nranks, *engine_, conns, topo_.plan.ring(), abort_);
   exchange_->setHosts(topo_.plan.hosts);
   if (setsReproducible) exchange_->setReproducible(config.reproducible == 1);
   exchange_->setDoorbell(peers_.bell.get());
@@ -149,7 +150,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   }
   XCCL_INFO(
       INIT, "comm ", name_.empty() ? "" : name_ + " ", "rank ", rank, "/", nranks, " ready on ",
-      peers_.peers[rank].hostname, " device ", device_->busId(), " listening on ",
+      peers_.peers[rank].hostname, " device ", device_->busId(),
+      engine_ != device_ ? " (operations staged through pinned host memory)" : "", " listening on ",
       peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm, " peer(s) via SHM, ", tcp, " via TCP, ",
       shmLater, " via SHM and ", tcpLater, " via TCP on first use (XCCL_RUNTIME_CONNECT); ",
       topo_.plan.hosts.size(), " host(s), topology ", topo_.source, ", ring",
@@ -198,6 +200,7 @@ uint64_t Comm::enqueue(OpEntry op) {
   xcclResult_t err = asyncError_.load();
   if (err != xcclSuccess) throw Error(toKind(err), lastError());
   const xcclStream_t stream = op.stream;
+  if (engine_ != device_) stageOperation(*device_, rank_, nranks_, op);
   op.streamToken = device_->streamCapture(stream);
   // Work the caller queues on the stream after this operation waits for it: the progress
   // thread resumes the stream when the operation is done (or failed, or dropped).

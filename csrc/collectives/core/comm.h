@@ -52,6 +52,12 @@ struct OpEntry {
   bool onCaller = false;          // XCCL_STREAM_CALLER: its caller runs it (runOnCaller)
 };
 
+// For a device that stages through host memory (Device::stagesThroughHost): on the
+// enqueuing thread, queues the copies of op's inputs into pinned host memory on op.stream,
+// names the copies of its outputs back for the hold, and moves op's buffers onto the host
+// copy (stage.cc).
+void stageOperation(Device& device, int rank, int nranks, OpEntry& op);
+
 // The deadline of every operation and of communicator creation (docs/ENV.md).
 XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30LL * 60 * 1000, 1, kKnobMax)
 // A communicator's timeout in ms: config->timeout_ms when set (> 0), else XCCL_TIMEOUT_MS.
@@ -170,6 +176,9 @@ class Comm {
   std::string scope_;
   std::atomic<uint64_t> derivations_{0};
   Device* device_;
+  // What the engine and the transports run on: device_, or the host device when device_
+  // stages operations through host memory (Device::stagesThroughHost).
+  Device* engine_;
   PeerSetup peers_;
   CommTopology topo_;
   std::atomic<bool> abort_{false};

@@ -126,7 +126,7 @@ void Comm::postP2POp(const OpEntry& op) {
     }
   }
   for (size_t i = 0; i < selfSends.size(); ++i) {
-    device_->copy(selfRecvs[i]->recvbuf, selfSends[i]->sendbuf,
+    engine_->copy(selfRecvs[i]->recvbuf, selfSends[i]->sendbuf,
                   selfSends[i]->count * dtypeSize(selfSends[i]->dtype), CopyKind::kDeviceToDevice);
   }
 }

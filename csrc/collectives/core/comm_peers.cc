@@ -36,7 +36,7 @@ Connection* Comm::connectOnFirstUse(int peer) {
   }
   auto& slot = peers_.connections[peer];
   if (!slot) {
-    slot = xccl::connectOnFirstUse(peers_, rank_, peer, *device_, Deadline::after(timeoutMs_),
+    slot = xccl::connectOnFirstUse(peers_, rank_, peer, *engine_, Deadline::after(timeoutMs_),
                                    abort_, silenceLimitMs());
     heartbeat_->add(peer, slot.get());
   }
@@ -127,7 +127,7 @@ void Comm::noteUnconnected(const std::string& why) {
   // Off the failing thread: a connect to a stopped peer may take the heartbeat timeout.
   const int64_t limit = silenceLimitMs();
   const int64_t ms = limit > 0 ? std::min<int64_t>(limit, 2000) : 2000;
-  noteThread_ = std::thread([up, why, ms, rank = rank_, secret = peers_.secret, device = device_] {
+  noteThread_ = std::thread([up, why, ms, rank = rank_, secret = peers_.secret, device = engine_] {
     for (const Target& t : up) tcp::deliverNote(rank, t.peer, t.addr, secret, *device, ms, why);
   });
 }

@@ -97,6 +97,26 @@ class Device {
   // otherwise (docs/CUDA.md). The default resumes: devices without streams hold nothing.
   virtual void streamFail(void* token, const std::string& /*why*/) { streamResume(token); }
 
+  // Staging through host memory (the CUDA device by default, XCCL_CUDA_STAGING): the engine
+  // runs an operation on pinned host copies of its buffers, with the host device's copies and
+  // reductions, so that the progress thread makes no call into the device runtime while the
+  // caller's stream is held: a module load waiting for that stream would block such a call,
+  // and the stream would wait for the collective forever (docs/CUDA.md). On the enqueuing
+  // thread, before streamCapture: stageBegin() returns `bytes` of host memory that stays the
+  // operation's until the stream has passed it; stageIn() queues copies into it on the stream
+  // (the collective's inputs); stageOut() names the copies back, which the next streamHold()
+  // of this thread queues right after its hold. streamCapture() then marks the point the
+  // staged inputs are complete, and streamWait() waits for it without a runtime call.
+  struct StageCopy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  virtual bool stagesThroughHost() const { return false; }
+  virtual char* stageBegin(xcclStream_t /*stream*/, size_t /*bytes*/) { return nullptr; }
+  virtual void stageIn(xcclStream_t /*stream*/, const std::vector<StageCopy>& /*copies*/) {}
+  virtual void stageOut(std::vector<StageCopy> /*copies*/) {}
+
   // Device memory another process of this host can map (CUDA IPC; for the host device a
   // memfd): what the shared-memory transport puts its payload rings in, so that data moves
   // device to device without a stop in host memory. allocShared() returns nullptr when the

@@ -29,6 +29,12 @@ XCCL_PARAM_STR(CudaHold, "CUDA_HOLD", "auto")
 // call of the process raises (ProcessGroupNCCL tears the process down likewise); "release"
 // resumes the stream as if it had succeeded and relies on the host-side error alone.
 XCCL_PARAM_STR(CudaFailedHold, "CUDA_FAILED_HOLD", "trap")
+// 1 (default): run each collective on pinned host copies of its buffers, queued on the
+// caller's stream by the enqueuing thread, so that the progress thread makes no CUDA call
+// while the stream is held (cuda_stage.cc: a module load cannot deadlock it); 0: the steps
+// run on the GPU as CUDA calls of the progress thread (payload lanes in device memory).
+// XCCL_CUDA_HOLD=exec implies 0. Every rank of a communicator must agree.
+XCCL_PARAM(CudaStaging, "CUDA_STAGING", 1, 0, 1)
 // 1: print where this device's time went (per kind of operation) when it is destroyed.
 XCCL_PARAM(CudaStats, "CUDA_STATS", 0, 0, 1)
 
@@ -136,9 +142,25 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   }
   statsOn_ = xcclParamCudaStats() != 0;
   if (exec_) execSetup();
+  staged_ = xcclParamCudaStaging() != 0 && !exec_;
+  if (staged_) {
+    cudaDriverEntryPointQueryResult q{};
+    void* fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess) {
+      writeValue_ = fn;
+    } else {
+      cudaGetLastError();  // the ready mark becomes a host function
+    }
+  }
   XCCL_INFO(INIT, "cuda:", ordinal, " (", busId_, "): stream holds by ",
             exec_ ? strCat("executor kernels (", execBlocks_, " blocks)")
                   : std::string(waitValue_ ? "cuStreamWaitValue32" : "a spin kernel"),
+            staged_ ? strCat("; collectives staged through pinned host memory (ready mark by ",
+                             writeValue_ ? "cuStreamWriteValue32" : "a host function",
+                             "; XCCL_CUDA_STAGING=0 runs them on the GPU)")
+                    : std::string("; collectives run on the GPU (XCCL_CUDA_STAGING=0)"),
             hostPointersWork_ ? "" : "; registered host memory has its own GPU addresses");
 }
 
@@ -163,6 +185,7 @@ CudaDevice::~CudaDevice() {
     delete h;
   }
   if (execWords_) cudaFree(execWords_);
+  stageFreeAll();
 }
 
 int CudaDevice::currentOrdinal() {
@@ -303,6 +326,12 @@ void* CudaDevice::streamCapture(xcclStream_t stream) {
   current();
   auto c = std::make_unique<Capture>();
   c->stream = static_cast<cudaStream_t>(stream);
+  if (Stage* s = currentStage()) {  // staged: a mark in host memory instead of an event
+    stageMark(s, c->stream);
+    c->ready = s->ready;
+    tlsLastCapture = c.get();
+    return c.release();
+  }
   check(cudaEventCreateWithFlags(&c->event, cudaEventDisableTiming), "cudaEventCreate");
   cudaError_t e = cudaEventRecord(c->event, c->stream);
   if (e != cudaSuccess) {
@@ -317,6 +346,10 @@ void CudaDevice::streamWait(void* token) {
   Timed t(statsOn_, stats_[kStatWait], 0);
   auto* c = static_cast<Capture*>(token);
   if (c == nullptr) return;
+  if (c->ready != nullptr) {
+    stageWait(c);
+    return;
+  }
   if (c->hold != nullptr && c->hold->exec) {
     execWaitStarted(c);
     return;
@@ -329,7 +362,7 @@ void CudaDevice::streamRelease(void* token) {
   auto* c = static_cast<Capture*>(token);
   if (c == nullptr) return;
   if (tlsLastCapture == c) tlsLastCapture = nullptr;
-  cudaEventDestroy(c->event);
+  if (c->event != nullptr) cudaEventDestroy(c->event);
   delete c;
 }
 
@@ -381,6 +414,7 @@ void* CudaDevice::streamHold(xcclStream_t stream) {
   } else if (trapFailed_) {
     check(cuda::launchCheckFlag(word, s), "hold check kernel");
   }
+  if (Stage* st = takeStage()) stageFinish(st, s);  // the outputs back, behind the hold
   check(cudaEventRecord(h->passed, s), "cudaEventRecord after a hold");
   return h;
 }

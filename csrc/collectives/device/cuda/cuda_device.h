@@ -72,6 +72,12 @@ class CudaDevice : public Device {
   void streamResume(void* token) override;
   void streamFail(void* token, const std::string& why) override;
 
+  // Staging through host memory (XCCL_CUDA_STAGING=1, the default; cuda_stage.cc).
+  bool stagesThroughHost() const override { return staged_; }
+  char* stageBegin(xcclStream_t stream, size_t bytes) override;
+  void stageIn(xcclStream_t stream, const std::vector<StageCopy>& copies) override;
+  void stageOut(std::vector<StageCopy> copies) override;
+
   bool prefersSharedRings() const override { return true; }
   void* allocShared(size_t bytes, std::string* handle) override;
   void* openShared(const std::string& handle, int ownerPid, size_t bytes) override;
@@ -79,6 +85,7 @@ class CudaDevice : public Device {
 
   struct Hold;     // one stream-side hold (cuda_device.cc)
   struct Capture;  // a streamCapture token: the event, and the hold enqueued right after it
+  struct Stage;    // pinned host memory of one staged operation (cuda_stage.cc)
   // Where the progress threads' time on this device went (XCCL_CUDA_STATS=1 prints it when
   // the device goes, at process exit): calls, bytes and wall time per kind of operation.
   enum StatKind { kStatCopy, kStatReduce, kStatScale, kStatWait, kStatAlloc, kStatHold, kStats };
@@ -119,6 +126,16 @@ class CudaDevice : public Device {
   mutable std::mutex execMu_;
   std::vector<Hold*> running_;
   bool trapFailed_ = true;  // XCCL_CUDA_FAILED_HOLD=trap
+  // Staging (cuda_stage.cc): on unless XCCL_CUDA_STAGING=0 or the holds are executors.
+  bool staged_ = false;
+  void* writeValue_ = nullptr;   // cuStreamWriteValue32, when the driver offers it
+  static Stage* currentStage();  // the stage this thread is enqueuing an operation on, or null
+  static Stage* takeStage();     // that stage, no longer this thread's (streamHold)
+  void stageMark(Stage* s, void* stream);    // queues "the inputs are staged" (capture)
+  static void stageWait(const Capture* c);   // until the stream got there: no CUDA call
+  void stageFinish(Stage* s, void* stream);  // after a hold: the copies back, then `done`
+  void stageFreeAll();                       // at destruction
+  std::vector<Stage*> stages_;  // under mu_: every stage made, reused once its stream passed
 
   mutable std::mutex mu_;
   std::map<const char*, std::pair<size_t, const char*>> staging_;  // host base -> (bytes, device)

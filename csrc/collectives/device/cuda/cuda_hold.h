@@ -31,6 +31,18 @@ struct CudaDevice::Capture {
   cudaEvent_t event = nullptr;  // recorded on the caller's stream: the work before the op
   cudaStream_t stream = nullptr;
   Hold* hold = nullptr;  // the hold streamHold queued next on that stream, if any
+  // A staged operation's instead of the event: the word the stream sets to 1 once the
+  // operation's inputs are in host memory (mapped pinned memory; read with no CUDA call).
+  uint32_t* ready = nullptr;
+};
+
+struct CudaDevice::Stage {
+  char* host = nullptr;  // pinned host memory the operation runs on
+  size_t bytes = 0;
+  uint32_t* ready = nullptr;   // mapped pinned word: 0 at stageBegin, 1 once inputs are in
+  void* readyDev = nullptr;    // its address on the GPU
+  cudaEvent_t done = nullptr;  // recorded after the copies back: complete = free to reuse
+  bool busy = false;           // between stageBegin and the hold that records `done`
 };
 
 }  // namespace xccl

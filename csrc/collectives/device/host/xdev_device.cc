@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -53,12 +55,88 @@ void checkStreamDevice(xcclStream_t stream, int ordinal) {
 
 }  // namespace
 
+// 1: operations staged through host memory, as on CUDA (xdev_device.h); every rank agrees.
+XCCL_PARAM(XdevStaging, "XDEV_STAGING", 0, 0, 1)
+
+struct XdevDevice::Stage {
+  char* host = nullptr;  // xdevHostAlloc memory the operation runs on
+  size_t bytes = 0;
+  std::atomic<uint32_t> ready{0};  // 1 once the stream has copied the inputs in
+  xdevEvent_t done = nullptr;      // recorded after the copies back: complete = reusable
+  bool busy = false;               // between stageBegin and the hold that records `done`
+  ~Stage() {
+    if (done) xdevEventDestroy(done);
+    if (host) xdevFreeHost(host);
+  }
+};
+
+namespace {
+
+// The stage this thread is enqueuing an operation on, and the copies back for its hold.
+thread_local XdevDevice::Stage* tlsStage = nullptr;
+thread_local std::vector<Device::StageCopy> tlsStageOut;
+
+// A streamCapture token: the event before the operation, or a staged operation's ready word.
+struct Token {
+  xdevEvent_t event = nullptr;
+  std::atomic<uint32_t>* ready = nullptr;
+};
+
+void copiesOn(xcclStream_t stream, const std::vector<Device::StageCopy>& copies) {
+  for (const Device::StageCopy& c : copies) {
+    check(xdevMemcpyAsync(c.dst, c.src, c.bytes, xdevMemcpyDefault,
+                          static_cast<xdevStream_t>(stream)),
+          "xdevMemcpyAsync of a staged range");
+  }
+}
+
+}  // namespace
+
 XdevDevice::XdevDevice(int ordinal) : HostDevice(ordinal) {
   int count = 0;
   check(xdevGetDeviceCount(&count), "xdevGetDeviceCount");
   XCCL_CHECK(ordinal >= 0 && ordinal < count, "xdev:", ordinal, " does not exist (", count,
              " xdev devices; XCCL_XDEV_COUNT sets how many)");
+  staged_ = xcclParamXdevStaging() != 0;
 }
+
+XdevDevice::~XdevDevice() = default;
+
+char* XdevDevice::stageBegin(xcclStream_t stream, size_t bytes) {
+  checkStreamDevice(stream, ordinal());
+  DeviceScope scope(ordinal());
+  Stage* pick = nullptr;
+  {
+    std::lock_guard<std::mutex> g(stageMu_);
+    for (auto& s : stages_) {
+      if (s->busy || s->bytes < bytes || xdevEventQuery(s->done) != xdevSuccess) continue;
+      if (pick == nullptr || s->bytes < pick->bytes) pick = s.get();
+    }
+    if (pick == nullptr) {
+      auto s = std::make_unique<Stage>();
+      check(xdevEventCreateWithFlags(&s->done, xdevEventDisableTiming), "xdevEventCreate");
+      if (bytes > 0) {
+        s->bytes = bytes;
+        check(xdevHostAlloc(reinterpret_cast<void**>(&s->host), bytes), "xdevHostAlloc");
+      }
+      pick = s.get();
+      stages_.push_back(std::move(s));
+    }
+    pick->busy = true;
+  }
+  xdevGetLastError();  // a query that said "not ready" leaves nothing behind
+  pick->ready.store(0, std::memory_order_release);
+  tlsStage = pick;
+  tlsStageOut.clear();
+  return pick->host;
+}
+
+void XdevDevice::stageIn(xcclStream_t stream, const std::vector<StageCopy>& copies) {
+  DeviceScope scope(ordinal());
+  copiesOn(stream, copies);
+}
+
+void XdevDevice::stageOut(std::vector<StageCopy> copies) { tlsStageOut = std::move(copies); }
 
 int XdevDevice::currentOrdinal() {
   int dev = 0;
@@ -91,29 +169,56 @@ std::string XdevDevice::busId() const { return strCat("xdev:", ordinal()); }
 void* XdevDevice::streamCapture(xcclStream_t stream) {
   checkStreamDevice(stream, ordinal());
   DeviceScope scope(ordinal());
-  xdevEvent_t ev = nullptr;
-  check(xdevEventCreateWithFlags(&ev, xdevEventDisableTiming), "xdevEventCreateWithFlags");
-  xdevError_t e = xdevEventRecord(ev, static_cast<xdevStream_t>(stream));
+  auto token = std::make_unique<Token>();
+  if (Stage* s = tlsStage) {  // staged: the stream marks the inputs copied in
+    token->ready = &s->ready;
+    check(xdevLaunchHostFunc(
+              static_cast<xdevStream_t>(stream),
+              [](void* w) { static_cast<std::atomic<uint32_t>*>(w)->store(1); }, &s->ready),
+          "xdevLaunchHostFunc of a stage's ready mark");
+    return token.release();
+  }
+  check(xdevEventCreateWithFlags(&token->event, xdevEventDisableTiming),
+        "xdevEventCreateWithFlags");
+  xdevError_t e = xdevEventRecord(token->event, static_cast<xdevStream_t>(stream));
   if (e != xdevSuccess) {
-    xdevEventDestroy(ev);
+    xdevEventDestroy(token->event);
     check(e, "xdevEventRecord");
   }
-  return ev;
+  return token.release();
 }
 
 void XdevDevice::streamWait(void* token) {
-  if (token != nullptr)
-    check(xdevEventSynchronize(static_cast<xdevEvent_t>(token)), "xdevEventSynchronize");
+  auto* t = static_cast<Token*>(token);
+  if (t == nullptr) return;
+  if (t->ready != nullptr) {
+    Backoff backoff;
+    while (t->ready->load(std::memory_order_acquire) == 0) backoff.idle();
+    return;
+  }
+  check(xdevEventSynchronize(t->event), "xdevEventSynchronize");
 }
 
 void XdevDevice::streamRelease(void* token) {
-  if (token != nullptr) xdevEventDestroy(static_cast<xdevEvent_t>(token));
+  auto* t = static_cast<Token*>(token);
+  if (t == nullptr) return;
+  if (t->event != nullptr) xdevEventDestroy(t->event);
+  delete t;
 }
 
 void* XdevDevice::streamHold(xcclStream_t stream) {
   DeviceScope scope(ordinal());  // NULL: this device's default stream
   xdevHold_t hold = nullptr;
   check(xdevStreamHold(static_cast<xdevStream_t>(stream), &hold), "xdevStreamHold");
+  if (Stage* s = tlsStage) {  // the outputs back, behind the hold
+    tlsStage = nullptr;
+    std::vector<StageCopy> out = std::move(tlsStageOut);
+    tlsStageOut.clear();
+    copiesOn(stream, out);
+    check(xdevEventRecord(s->done, static_cast<xdevStream_t>(stream)), "xdevEventRecord");
+    std::lock_guard<std::mutex> g(stageMu_);
+    s->busy = false;
+  }
   return hold;
 }
 

@@ -6,6 +6,10 @@
 // stream that the progress thread releases when the collective is done).
 #pragma once
 
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include "collectives/device/host/host_device.h"
 
 namespace xccl {
@@ -13,7 +17,8 @@ namespace xccl {
 class XdevDevice : public HostDevice {
  public:
   explicit XdevDevice(int ordinal);  // throws InvalidUsage for an ordinal xdev lacks
-  static int currentOrdinal();       // the calling thread's current xdev device
+  ~XdevDevice() override;
+  static int currentOrdinal();  // the calling thread's current xdev device
   // The simulated wiring (device.h): islands of XCCL_XDEV_ISLAND consecutive devices (default
   // 4) joined pairwise by XL links of XCCL_XDEV_XL_GBS GB/s (default 100), islands joined
   // through the host (PHB); NUMA node 0. A model for topology-aware planning and xccl-topo:
@@ -21,6 +26,14 @@ class XdevDevice : public HostDevice {
   static DeviceWiring wiring();
   const char* name() const override { return "xdev"; }
   std::string busId() const override;
+
+  // XCCL_XDEV_STAGING=1: stage operations through host memory as the CUDA device does by
+  // default (device.h, docs/CUDA.md "Staging"), so that the core's staging (the ranges of every
+  // collective, in place and vector forms) runs and is checked on every machine.
+  bool stagesThroughHost() const override { return staged_; }
+  char* stageBegin(xcclStream_t stream, size_t bytes) override;
+  void stageIn(xcclStream_t stream, const std::vector<StageCopy>& copies) override;
+  void stageOut(std::vector<StageCopy> copies) override;
 
   void* streamCapture(xcclStream_t stream) override;
   void streamWait(void* token) override;
@@ -34,6 +47,13 @@ class XdevDevice : public HostDevice {
   // device memory lives in shareable segments, so a peer maps and reads it in place.
   bool exportBuffer(const void* ptr, size_t bytes, PeerRef* ref) override;
   const void* importBuffer(const PeerRef& ref, int ownerPid, size_t bytes) override;
+
+  struct Stage;  // xdev_device.cc
+
+ private:
+  bool staged_ = false;
+  std::mutex stageMu_;
+  std::vector<std::unique_ptr<Stage>> stages_;  // reused once their copies back are done
 };
 
 }  // namespace xccl
