@@ -495,10 +495,16 @@ def cuda_bad_input(rank: int, world: int) -> dict:
             return all(w in str(e) for w in words) or str(e)
         return "no error"
 
-    g = dist.new_group()
-    dist.all_reduce(torch.ones(2, device=f"xdev:{rank % 2}"), group=g)  # g now runs on xdev
-    out["cuda_on_xdev_group"] = raises(
-        lambda: dist.all_reduce(torch.ones(2, device=dev), group=g), "all_reduce", "xdev")
+    import torch_xccl
+
+    # On a torch built for CUDA, xdev exists only when asked for (TORCH_XCCL_ACCELERATOR=xdev,
+    # docs/XDEV_TORCH.md): the refusal of a CUDA tensor on a group bound to xdev is checked there.
+    if torch_xccl.xdev.registered():
+        g = dist.new_group()
+        dist.all_reduce(torch.ones(2, device=f"xdev:{rank % 2}"), group=g)  # g now runs on xdev
+        out["cuda_on_xdev_group"] = raises(
+            lambda: dist.all_reduce(torch.ones(2, device=dev), group=g), "all_reduce", "xdev")
+    out["no_xdev_device"] = torch_xccl.xdev.registered() or not hasattr(torch, "xdev")
     out["unsupported_dtype"] = raises(
         lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16, device=dev)), "all_reduce")
     t = torch.ones(4, 3, device=dev).t()  # non-contiguous: reduced and copied back

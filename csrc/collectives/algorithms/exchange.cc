@@ -67,8 +67,8 @@ Exchange::Exchange(int rank, int nranks, Device& device, std::vector<Connection*
     // transport, which the host must reach.
     if (std::string(device_.name()) == "cuda") {
       throw InvalidUsage(
-          "XCCL_CHECKSUM=1 is not available on the CUDA device (its payload lanes are device "
-          "memory the host does not read)");
+          "XCCL_CHECKSUM=1 is not available on the CUDA device with XCCL_CUDA_STAGING=0 (its "
+          "payload lanes are device memory the host does not read); staged, the default, it is");
     }
     peerReadOn_ = false;
   }

@@ -37,9 +37,9 @@ class CudaDevice : public Device {
  public:
   explicit CudaDevice(int ordinal);  // throws InvalidUsage without a driver / that ordinal
   // FP8: CUDA's own conversions saturate where torch's (and the host's) give NaN or
-  // infinity, so the CUDA kernels do not take them yet.
+  // infinity, so the CUDA kernels do not take them yet; staged, the host reduces them.
   bool supportsType(xcclDataType_t dtype) const override {
-    return dtype != xcclFloat8e4m3 && dtype != xcclFloat8e5m2;
+    return staged_ || (dtype != xcclFloat8e4m3 && dtype != xcclFloat8e5m2);
   }
   ~CudaDevice() override;
   static int currentOrdinal();  // the calling thread's current CUDA device (throws like above)
