@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import workers_collectives
+import workers_cuda
 import workers_xdev
 from harness import run_world
 
@@ -56,13 +57,13 @@ def test_fsdp2_on_cuda_matches_one_process():
 
 @pytest.mark.timeout(240)
 def test_one_rank_nccl_and_xccl_agree():
-    results = run_world(workers_collectives.nccl_vs_xccl_one_rank, 1, timeout=200)
+    results = run_world(workers_cuda.nccl_vs_xccl_one_rank, 1, timeout=200)
     assert not results[0]["failures"], "\n".join(results[0]["failures"][:30])
     assert results[0]["checks"] > 20
 
 
 @pytest.mark.timeout(120)
 def test_bad_cuda_input_fails_clearly():
-    results = run_world(workers_collectives.cuda_bad_input, 2, timeout=100)
+    results = run_world(workers_cuda.cuda_bad_input, 2, timeout=100)
     for r in results:
         assert all(v is True for v in r.values()), r  # a string is the wrong message
