@@ -420,7 +420,7 @@ static size_t outputBytes(const CollArgs& a, int nranks) {
 }
 
 void Comm::runOp(OpEntry& op) {
-  device_->streamWait(op.streamToken);
+  device_->streamWait(op.streamToken, abort_);
   for (const CollArgs& args : op.colls) {
     ++collSeq_;
     const bool streaming =

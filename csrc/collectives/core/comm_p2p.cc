@@ -39,7 +39,7 @@ void Comm::executeP2P(OpEntry& first) {
   uint64_t seen = first.id;  // the last id looked at
   auto take = [&](OpEntry& op) {
     run.push_back(Taken{std::move(op), 0, Deadline::after(timeoutMs_)});
-    device_->streamWait(run.back().op.streamToken);
+    device_->streamWait(run.back().op.streamToken, abort_);
     exchange_->countMessagesIn(&run.back().left);
     postP2POp(run.back().op);
     exchange_->countMessagesIn(nullptr);

@@ -11,6 +11,7 @@
 //                    kernels and copy engines can reach it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -86,7 +87,10 @@ class Device {
   // streamOrdered(): the device orders work on streams (every stream argument is one).
   virtual bool streamOrdered() const { return false; }
   virtual void* streamCapture(xcclStream_t stream) = 0;
-  virtual void streamWait(void* token) = 0;
+  // `abort`: the communicator's flag. A staged operation's wait (below) polls host memory
+  // and ends with an error once it is set (xcclCommAbort while the stream is stuck before the
+  // operation); the runtime's own blocking waits (an event) end only with the stream.
+  virtual void streamWait(void* token, const std::atomic<bool>& abort) = 0;
   virtual void streamRelease(void* token) = 0;
   virtual void* streamHold(xcclStream_t /*stream*/) { return nullptr; }
   virtual void streamResume(void* /*token*/) {}

@@ -342,12 +342,12 @@ void* CudaDevice::streamCapture(xcclStream_t stream) {
   return c.release();
 }
 
-void CudaDevice::streamWait(void* token) {
+void CudaDevice::streamWait(void* token, const std::atomic<bool>& abort) {
   Timed t(statsOn_, stats_[kStatWait], 0);
   auto* c = static_cast<Capture*>(token);
   if (c == nullptr) return;
   if (c->ready != nullptr) {
-    stageWait(c);
+    stageWait(c, abort);
     return;
   }
   if (c->hold != nullptr && c->hold->exec) {

@@ -65,7 +65,7 @@ class CudaDevice : public Device {
   void divide(void* dst, size_t count, xcclDataType_t dtype, int64_t divisor) override;
 
   void* streamCapture(xcclStream_t stream) override;
-  void streamWait(void* token) override;
+  void streamWait(void* token, const std::atomic<bool>& abort) override;
   void streamRelease(void* token) override;
   void* streamHold(xcclStream_t stream) override;
   bool streamOrdered() const override { return true; }
@@ -131,8 +131,9 @@ class CudaDevice : public Device {
   void* writeValue_ = nullptr;   // cuStreamWriteValue32, when the driver offers it
   static Stage* currentStage();  // the stage this thread is enqueuing an operation on, or null
   static Stage* takeStage();     // that stage, no longer this thread's (streamHold)
-  void stageMark(Stage* s, void* stream);    // queues "the inputs are staged" (capture)
-  static void stageWait(const Capture* c);   // until the stream got there: no CUDA call
+  void stageMark(Stage* s, void* stream);  // queues "the inputs are staged" (capture)
+  // Until the stream got there (no CUDA call), or `abort` is set (throws).
+  static void stageWait(const Capture* c, const std::atomic<bool>& abort);
   void stageFinish(Stage* s, void* stream);  // after a hold: the copies back, then `done`
   void stageFreeAll();                       // at destruction
   std::vector<Stage*> stages_;  // under mu_: every stage made, reused once its stream passed

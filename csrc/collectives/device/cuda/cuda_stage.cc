@@ -126,9 +126,16 @@ void CudaDevice::stageMark(Stage* s, void* stream) {
       "cudaLaunchHostFunc of a stage's ready mark");
 }
 
-void CudaDevice::stageWait(const Capture* c) {
+void CudaDevice::stageWait(const Capture* c, const std::atomic<bool>& abort) {
   Backoff backoff;
-  while (__atomic_load_n(c->ready, __ATOMIC_ACQUIRE) == 0) backoff.idle();
+  while (__atomic_load_n(c->ready, __ATOMIC_ACQUIRE) == 0) {
+    if (abort.load(std::memory_order_relaxed)) {
+      throw InvalidUsage(
+          "communicator aborted while the operation waited for the work queued before it on "
+          "its stream");
+    }
+    backoff.idle();
+  }
 }
 
 void CudaDevice::stageFinish(Stage* s, void* stream) {

@@ -52,7 +52,7 @@ class HostDevice : public Device {
 
   // The host device has no streams: a stream argument is a caller's mistake.
   void* streamCapture(xcclStream_t stream) override;
-  void streamWait(void*) override {}
+  void streamWait(void*, const std::atomic<bool>&) override {}
   void streamRelease(void*) override {}
 
  private:

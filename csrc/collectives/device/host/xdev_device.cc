@@ -188,12 +188,19 @@ void* XdevDevice::streamCapture(xcclStream_t stream) {
   return token.release();
 }
 
-void XdevDevice::streamWait(void* token) {
+void XdevDevice::streamWait(void* token, const std::atomic<bool>& abort) {
   auto* t = static_cast<Token*>(token);
   if (t == nullptr) return;
   if (t->ready != nullptr) {
     Backoff backoff;
-    while (t->ready->load(std::memory_order_acquire) == 0) backoff.idle();
+    while (t->ready->load(std::memory_order_acquire) == 0) {
+      if (abort.load(std::memory_order_relaxed)) {
+        throw InvalidUsage(
+            "communicator aborted while the operation waited for the work queued before it on "
+            "its stream");
+      }
+      backoff.idle();
+    }
     return;
   }
   check(xdevEventSynchronize(t->event), "xdevEventSynchronize");

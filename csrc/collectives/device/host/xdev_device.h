@@ -36,7 +36,7 @@ class XdevDevice : public HostDevice {
   void stageOut(std::vector<StageCopy> copies) override;
 
   void* streamCapture(xcclStream_t stream) override;
-  void streamWait(void* token) override;
+  void streamWait(void* token, const std::atomic<bool>& abort) override;
   void streamRelease(void* token) override;
   void* streamHold(xcclStream_t stream) override;
   bool streamOrdered() const override { return true; }
