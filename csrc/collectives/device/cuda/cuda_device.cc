@@ -62,6 +62,19 @@ thread_local WorkStreams tlsStreams;
 
 using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
+// A driver function through the runtime (libcuda is never linked), or null when the driver
+// lacks it.
+void* driverEntry(const char* name) {
+  cudaDriverEntryPointQueryResult q{};
+  void* fn = nullptr;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess) {
+    return fn;
+  }
+  cudaGetLastError();
+  return nullptr;
+}
+
 // Adds a scope's wall time (and bytes) to one of the device's counters, when they are on.
 class Timed {
  public:
@@ -129,31 +142,15 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
              "XCCL_CUDA_HOLD='", hold, "' (auto, exec, memop or kernel)");
   exec_ = hold == "exec";
   if (hold != "kernel") {
-    cudaDriverEntryPointQueryResult q{};
-    void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess) {
-      waitValue_ = fn;
-    } else {
-      cudaGetLastError();
-      XCCL_CHECK(hold != "memop", "XCCL_CUDA_HOLD=memop: the driver has no cuStreamWaitValue32");
-    }
+    waitValue_ = driverEntry("cuStreamWaitValue32");
+    XCCL_CHECK(waitValue_ != nullptr || hold != "memop",
+               "XCCL_CUDA_HOLD=memop: the driver has no cuStreamWaitValue32");
   }
   statsOn_ = xcclParamCudaStats() != 0;
   if (exec_) execSetup();
   staged_ = xcclParamCudaStaging() != 0 && !exec_;
-  if (staged_) {
-    cudaDriverEntryPointQueryResult q{};
-    void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess) {
-      writeValue_ = fn;
-    } else {
-      cudaGetLastError();  // the ready mark becomes a host function
-    }
-  }
+  // Without it the ready mark of a staged operation becomes a host function.
+  if (staged_) writeValue_ = driverEntry("cuStreamWriteValue32");
   XCCL_INFO(INIT, "cuda:", ordinal, " (", busId_, "): stream holds by ",
             exec_ ? strCat("executor kernels (", execBlocks_, " blocks)")
                   : std::string(waitValue_ ? "cuStreamWaitValue32" : "a spin kernel"),
