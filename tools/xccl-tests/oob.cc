@@ -99,31 +99,62 @@ void setNoDelay(int fd) {
 
 }  // namespace
 
+// IPv4 or IPv6 (issue 28): an IPv6 literal binds IPv6, an IPv4 literal IPv4, and no address
+// binds both where the kernel has IPv6 (one socket, IPV6_V6ONLY off: v4 peers arrive as
+// v4-mapped addresses), else IPv4 alone.
 int oobListen(const std::string& bindAddr, int port, int* boundPort, std::string* err) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool v6literal = bindAddr.find(':') != std::string::npos;
+  const bool tryV6 = bindAddr.empty() || v6literal;
+  int fd = tryV6 ? ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+  const bool v6 = fd >= 0;
+  if (!v6) {
+    if (v6literal) {
+      *err = std::string("socket(AF_INET6) for ") + bindAddr + ": " + std::strerror(errno);
+      return -1;
+    }
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  }
   if (fd < 0) {
     *err = std::string("socket: ") + std::strerror(errno);
     return -1;
   }
-  int one = 1;
+  int one = 1, zero = 0;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (!bindAddr.empty() && inet_pton(AF_INET, bindAddr.c_str(), &addr.sin_addr) != 1) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  bool ok = true;
+  if (v6) {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(static_cast<uint16_t>(port));
+    a->sin6_addr = in6addr_any;
+    std::string lit = bindAddr;
+    if (lit.size() > 2 && lit.front() == '[' && lit.back() == ']') lit = lit.substr(1, lit.size() - 2);
+    ok = lit.empty() || inet_pton(AF_INET6, lit.c_str(), &a->sin6_addr) == 1;
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(static_cast<uint16_t>(port));
+    a->sin_addr.s_addr = htonl(INADDR_ANY);
+    ok = bindAddr.empty() || inet_pton(AF_INET, bindAddr.c_str(), &a->sin_addr) == 1;
+    len = sizeof(sockaddr_in);
+  }
+  if (!ok) {
     *err = "bad bind address " + bindAddr;
     ::close(fd);
     return -1;
   }
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 1024) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, 1024) != 0) {
     *err = "bind/listen on port " + std::to_string(port) + ": " + std::strerror(errno);
     ::close(fd);
     return -1;
   }
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  *boundPort = ntohs(addr.sin_port);
+  len = sizeof ss;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  *boundPort = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                        : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return fd;
 }
 
@@ -269,16 +300,29 @@ void OobClient::connect(const std::string& host, int port, int rank, int world, 
   alive_.assign(world, true);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
   std::string lastErr = "timeout";
+  // "[fd31::1]" (as MASTER_ADDR may be written) is the address inside the brackets.
+  std::string name = host;
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  }
   while (std::chrono::steady_clock::now() < deadline) {
     addrinfo hints{}, *res = nullptr;
-    hints.ai_family = AF_INET;
+    hints.ai_family = AF_UNSPEC;  // IPv4 or IPv6, whichever the name gives
     hints.ai_socktype = SOCK_STREAM;
-    int gai = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+    int gai = getaddrinfo(name.c_str(), std::to_string(port).c_str(), &hints, &res);
     if (gai != 0) {
       lastErr = std::string("resolve ") + host + ": " + gai_strerror(gai);
     } else {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+      int fd = -1;
+      for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+        fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+        lastErr = std::string("connect ") + host + ":" + std::to_string(port) + ": " +
+                  std::strerror(errno);
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+      }
+      if (fd >= 0) {
         freeaddrinfo(res);
         setNoDelay(fd);
         char hello[12];
@@ -293,9 +337,6 @@ void OobClient::connect(const std::string& host, int port, int rank, int world, 
         fd_ = fd;
         return;
       }
-      lastErr =
-          std::string("connect ") + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
-      if (fd >= 0) ::close(fd);
       freeaddrinfo(res);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

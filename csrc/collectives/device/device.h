@@ -119,7 +119,7 @@ class Device {
   virtual bool stagesThroughHost() const { return false; }
   virtual char* stageBegin(xcclStream_t /*stream*/, size_t /*bytes*/) { return nullptr; }
   virtual void stageIn(xcclStream_t /*stream*/, const std::vector<StageCopy>& /*copies*/) {}
-  virtual void stageOut(std::vector<StageCopy> /*copies*/) {}
+  virtual void stageOut(std::vector<StageCopy>&& /*copies*/) {}
 
   // Device memory another process of this host can map (CUDA IPC; for the host device a
   // memfd): what the shared-memory transport puts its payload rings in, so that data moves

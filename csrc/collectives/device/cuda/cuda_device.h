@@ -76,7 +76,7 @@ class CudaDevice : public Device {
   bool stagesThroughHost() const override { return staged_; }
   char* stageBegin(xcclStream_t stream, size_t bytes) override;
   void stageIn(xcclStream_t stream, const std::vector<StageCopy>& copies) override;
-  void stageOut(std::vector<StageCopy> copies) override;
+  void stageOut(std::vector<StageCopy>&& copies) override;
 
   bool prefersSharedRings() const override { return true; }
   void* allocShared(size_t bytes, std::string* handle) override;

@@ -108,7 +108,7 @@ void CudaDevice::stageIn(xcclStream_t stream, const std::vector<StageCopy>& copi
   }
 }
 
-void CudaDevice::stageOut(std::vector<StageCopy> copies) { tlsStageOut = std::move(copies); }
+void CudaDevice::stageOut(std::vector<StageCopy>&& copies) { tlsStageOut = std::move(copies); }
 
 void CudaDevice::stageMark(Stage* s, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);

@@ -136,7 +136,7 @@ void XdevDevice::stageIn(xcclStream_t stream, const std::vector<StageCopy>& copi
   copiesOn(stream, copies);
 }
 
-void XdevDevice::stageOut(std::vector<StageCopy> copies) { tlsStageOut = std::move(copies); }
+void XdevDevice::stageOut(std::vector<StageCopy>&& copies) { tlsStageOut = std::move(copies); }
 
 int XdevDevice::currentOrdinal() {
   int dev = 0;

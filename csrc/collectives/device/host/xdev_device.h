@@ -33,7 +33,7 @@ class XdevDevice : public HostDevice {
   bool stagesThroughHost() const override { return staged_; }
   char* stageBegin(xcclStream_t stream, size_t bytes) override;
   void stageIn(xcclStream_t stream, const std::vector<StageCopy>& copies) override;
-  void stageOut(std::vector<StageCopy> copies) override;
+  void stageOut(std::vector<StageCopy>&& copies) override;
 
   void* streamCapture(xcclStream_t stream) override;
   void streamWait(void* token, const std::atomic<bool>& abort) override;
