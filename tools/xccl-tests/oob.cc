@@ -130,7 +130,8 @@ int oobListen(const std::string& bindAddr, int port, int* boundPort, std::string
     a->sin6_port = htons(static_cast<uint16_t>(port));
     a->sin6_addr = in6addr_any;
     std::string lit = bindAddr;
-    if (lit.size() > 2 && lit.front() == '[' && lit.back() == ']') lit = lit.substr(1, lit.size() - 2);
+    if (lit.size() > 2 && lit.front() == '[' && lit.back() == ']')
+      lit = lit.substr(1, lit.size() - 2);
     ok = lit.empty() || inet_pton(AF_INET6, lit.c_str(), &a->sin6_addr) == 1;
     len = sizeof(sockaddr_in6);
   } else {
