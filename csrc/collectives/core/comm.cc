@@ -200,7 +200,7 @@ uint64_t Comm::enqueue(OpEntry op) {
   xcclResult_t err = asyncError_.load();
   if (err != xcclSuccess) throw Error(toKind(err), lastError());
   const xcclStream_t stream = op.stream;
-  if (engine_ != device_) stageOperation(*device_, rank_, nranks_, op);
+  if (engine_ != device_) stageOperation(*device_, *engine_, rank_, nranks_, op);
   op.streamToken = device_->streamCapture(stream);
   // Work the caller queues on the stream after this operation waits for it: the progress
   // thread resumes the stream when the operation is done (or failed, or dropped).

@@ -56,7 +56,8 @@ struct OpEntry {
 // enqueuing thread, queues the copies of op's inputs into pinned host memory on op.stream,
 // names the copies of its outputs back for the hold, and moves op's buffers onto the host
 // copy (stage.cc).
-void stageOperation(Device& device, int rank, int nranks, OpEntry& op);
+// `engine` (the host device) provides the host memory.
+void stageOperation(Device& device, Device& engine, int rank, int nranks, OpEntry& op);
 
 // The deadline of every operation and of communicator creation (docs/ENV.md).
 XCCL_PARAM(TimeoutMs, "TIMEOUT_MS", 30LL * 60 * 1000, 1, kKnobMax)

@@ -106,7 +106,7 @@ void rangesOf(const CollArgs& a, int rank, int nranks, std::vector<Range>* out) 
 
 }  // namespace
 
-void stageOperation(Device& device, int rank, int nranks, OpEntry& op) {
+void stageOperation(Device& device, Device& engine, int rank, int nranks, OpEntry& op) {
   std::vector<Range> ranges;
   for (const CollArgs& a : op.colls) rangesOf(a, rank, nranks, &ranges);
   for (const CollArgs& a : op.p2p) rangesOf(a, rank, nranks, &ranges);
@@ -136,7 +136,7 @@ void stageOperation(Device& device, int rank, int nranks, OpEntry& op) {
     g.offset = total;
     total += static_cast<size_t>(g.end - g.begin);
   }
-  char* host = device.stageBegin(op.stream, total);
+  char* host = device.stageBegin(op.stream, total, engine);
   auto hostOf = [&](const void* p) -> char* {
     const auto* c = static_cast<const char*>(p);
     auto it = std::upper_bound(regions.begin(), regions.end(), c,

@@ -117,7 +117,12 @@ class Device {
     size_t bytes;
   };
   virtual bool stagesThroughHost() const { return false; }
-  virtual char* stageBegin(xcclStream_t /*stream*/, size_t /*bytes*/) { return nullptr; }
+  // `engine`: the device the engine runs the operation on (the host device), whose
+  // allocPeerable() memory the stage comes from, so that peers of this host read it in place
+  // (single-copy peer reads) as they read xcclMemAlloc memory.
+  virtual char* stageBegin(xcclStream_t /*stream*/, size_t /*bytes*/, Device& /*engine*/) {
+    return nullptr;
+  }
   virtual void stageIn(xcclStream_t /*stream*/, const std::vector<StageCopy>& /*copies*/) {}
   virtual void stageOut(std::vector<StageCopy>&& /*copies*/) {}
 

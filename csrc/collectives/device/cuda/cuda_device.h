@@ -74,7 +74,7 @@ class CudaDevice : public Device {
 
   // Staging through host memory (XCCL_CUDA_STAGING=1, the default; cuda_stage.cc).
   bool stagesThroughHost() const override { return staged_; }
-  char* stageBegin(xcclStream_t stream, size_t bytes) override;
+  char* stageBegin(xcclStream_t stream, size_t bytes, Device& engine) override;
   void stageIn(xcclStream_t stream, const std::vector<StageCopy>& copies) override;
   void stageOut(std::vector<StageCopy>&& copies) override;
 

@@ -18,7 +18,9 @@
 //                     the host copy with the host device, sets the hold's word.
 //
 // A stage is reused once its done event completed; stages are never freed before the device
-// (cudaFreeHost would wait for the whole device, held streams included).
+// (cudaFreeHost would wait for the whole device, held streams included). Their memory is the
+// host device's peerable memory (a memfd), registered with CUDA for DMA, so that the ranks of
+// a host read each other's stages in place, as xcclMemAlloc memory.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -62,7 +64,7 @@ CudaDevice::Stage* CudaDevice::takeStage() {
   return s;
 }
 
-char* CudaDevice::stageBegin(xcclStream_t, size_t bytes) {
+char* CudaDevice::stageBegin(xcclStream_t, size_t bytes, Device& engine) {
   current();
   Stage* pick = nullptr;
   {
@@ -83,11 +85,14 @@ char* CudaDevice::stageBegin(xcclStream_t, size_t bytes) {
                  "cudaHostAlloc of a stage's ready word");
       checkStage(cudaHostGetDevicePointer(&s->readyDev, s->ready, 0), "cudaHostGetDevicePointer");
       checkStage(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming), "cudaEventCreate");
-      if (bytes > 0) {
+      if (bytes > 0) {  // peerable host memory (peers read it in place), pinned for DMA
         s->bytes = roundedStage(bytes);
-        checkStage(
-            cudaHostAlloc(reinterpret_cast<void**>(&s->host), s->bytes, cudaHostAllocPortable),
-            "cudaHostAlloc of a staging buffer");
+        s->host = static_cast<char*>(engine.allocPeerable(s->bytes));
+        const cudaError_t e = cudaHostRegister(s->host, s->bytes, cudaHostRegisterPortable);
+        if (e != cudaSuccess) {
+          engine.freePeerable(s->host);
+          checkStage(e, "cudaHostRegister of a staging buffer");
+        }
       }
       pick = s.release();
       stages_.push_back(pick);
@@ -154,7 +159,7 @@ void CudaDevice::stageFinish(Stage* s, void* stream) {
 void CudaDevice::stageFreeAll() {
   for (Stage* s : stages_) {
     if (s->done) cudaEventDestroy(s->done);
-    if (s->host) cudaFreeHost(s->host);
+    if (s->host) cudaHostUnregister(s->host);  // its memfd goes with the process
     if (s->ready) cudaFreeHost(s->ready);
     delete s;
   }

@@ -59,14 +59,13 @@ void checkStreamDevice(xcclStream_t stream, int ordinal) {
 XCCL_PARAM(XdevStaging, "XDEV_STAGING", 0, 0, 1)
 
 struct XdevDevice::Stage {
-  char* host = nullptr;  // xdevHostAlloc memory the operation runs on
+  char* host = nullptr;  // the host device's peerable memory the operation runs on
   size_t bytes = 0;
   std::atomic<uint32_t> ready{0};  // 1 once the stream has copied the inputs in
   xdevEvent_t done = nullptr;      // recorded after the copies back: complete = reusable
   bool busy = false;               // between stageBegin and the hold that records `done`
-  ~Stage() {
+  ~Stage() {                       // `host`, a memfd of the host device's, goes with the process
     if (done) xdevEventDestroy(done);
-    if (host) xdevFreeHost(host);
   }
 };
 
@@ -102,7 +101,7 @@ XdevDevice::XdevDevice(int ordinal) : HostDevice(ordinal) {
 
 XdevDevice::~XdevDevice() = default;
 
-char* XdevDevice::stageBegin(xcclStream_t stream, size_t bytes) {
+char* XdevDevice::stageBegin(xcclStream_t stream, size_t bytes, Device& engine) {
   checkStreamDevice(stream, ordinal());
   DeviceScope scope(ordinal());
   Stage* pick = nullptr;
@@ -115,9 +114,10 @@ char* XdevDevice::stageBegin(xcclStream_t stream, size_t bytes) {
     if (pick == nullptr) {
       auto s = std::make_unique<Stage>();
       check(xdevEventCreateWithFlags(&s->done, xdevEventDisableTiming), "xdevEventCreate");
-      if (bytes > 0) {
-        s->bytes = bytes;
-        check(xdevHostAlloc(reinterpret_cast<void**>(&s->host), bytes), "xdevHostAlloc");
+      if (bytes > 0) {                // peerable host memory: peers of this host read it in place
+        s->bytes = size_t{64} << 10;  // powers of two from 64 KiB: few stages, few memfds
+        while (s->bytes < bytes) s->bytes <<= 1;
+        s->host = static_cast<char*>(engine.allocPeerable(s->bytes));
       }
       pick = s.get();
       stages_.push_back(std::move(s));

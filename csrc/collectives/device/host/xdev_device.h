@@ -31,7 +31,7 @@ class XdevDevice : public HostDevice {
   // default (device.h, docs/CUDA.md "Staging"), so that the core's staging (the ranges of every
   // collective, in place and vector forms) runs and is checked on every machine.
   bool stagesThroughHost() const override { return staged_; }
-  char* stageBegin(xcclStream_t stream, size_t bytes) override;
+  char* stageBegin(xcclStream_t stream, size_t bytes, Device& engine) override;
   void stageIn(xcclStream_t stream, const std::vector<StageCopy>& copies) override;
   void stageOut(std::vector<StageCopy>&& copies) override;
 
