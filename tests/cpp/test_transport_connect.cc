@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #include "collectives/bootstrap/bootstrap.h"
@@ -176,20 +178,39 @@ TEST_P(ConnectTest, Threads) {
       90);
 }
 
+// The unique id (and its store server thread) is made by rank 0's process, not by this one
+// before the fork: a child forked from a process with running threads may inherit a lock one
+// of them held, and under ASan the children's first new threads hung in the sanitizer's
+// thread set-up (pthread_getattr_np), about one run in five with two tests at once
+// (2026-11-27). The id reaches the other ranks through shared memory mapped before the fork.
 TEST_P(ConnectTest, Processes) {
   auto [mode, nranks] = GetParam();
   xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", tcpOnly(mode) ? "1" : nullptr);
   xccl_test::ScopedEnv eagerEnv("XCCL_RUNTIME_CONNECT", eager(mode) ? "0" : nullptr);
-  xcclUniqueId id;
-  xccl::createUniqueId(&id);
+  struct Shared {
+    std::atomic<int> ready;
+    xcclUniqueId id;
+  };
+  void* mem =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* shared = new (mem) Shared{};
   xccl_test::runProcesses(
       nranks,
       [&](int rank) {
         if (mode == Mode::kMixed) setenv("XCCL_NODE_ID", fakeHost(rank), 1);
-        auto store = xccl::connectUniqueIdStore(id, Deadline::after(30000));
-        rankBody(*store, mode, rank, nranks, xccl::uniqueIdSecret(id));
+        if (rank == 0) {
+          xccl::createUniqueId(&shared->id);
+          shared->ready.store(1, std::memory_order_release);
+        }
+        while (shared->ready.load(std::memory_order_acquire) == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        auto store = xccl::connectUniqueIdStore(shared->id, Deadline::after(30000));
+        rankBody(*store, mode, rank, nranks, xccl::uniqueIdSecret(shared->id));
       },
       90);
+  munmap(mem, sizeof(Shared));
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ConnectTest,
