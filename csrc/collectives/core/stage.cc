@@ -4,6 +4,7 @@
 // onto the host copy. The engine then runs on host memory alone.
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "collectives/device/device.h"
@@ -107,9 +108,22 @@ void rangesOf(const CollArgs& a, int rank, int nranks, std::vector<Range>* out) 
 }  // namespace
 
 void stageOperation(Device& device, Device& engine, int rank, int nranks, OpEntry& op) {
+  // Every call's ranges, and whether the call reads / writes any on this rank: a buffer it
+  // reads or writes begins a range or a span; one it does not touch keeps its address, unused.
   std::vector<Range> ranges;
-  for (const CollArgs& a : op.colls) rangesOf(a, rank, nranks, &ranges);
-  for (const CollArgs& a : op.p2p) rangesOf(a, rank, nranks, &ranges);
+  std::vector<std::pair<bool, bool>> touches;  // (reads, writes) per call, colls then p2p
+  for (auto* list : {&op.colls, &op.p2p}) {
+    for (const CollArgs& a : *list) {
+      const size_t first = ranges.size();
+      rangesOf(a, rank, nranks, &ranges);
+      bool reads = false, writes = false;
+      for (size_t i = first; i < ranges.size(); ++i) {
+        reads = reads || ranges[i].use == Use::kIn;
+        writes = writes || ranges[i].use == Use::kOut;
+      }
+      touches.emplace_back(reads, writes);
+    }
+  }
   // Overlapping ranges (in place, an input inside its output) share one region of the host
   // copy, so the call's aliasing survives the move. Each region keeps its device address's
   // offset within 64 bytes, so elements stay as aligned as the caller made them.
@@ -118,11 +132,10 @@ void stageOperation(Device& device, Device& engine, int rank, int nranks, OpEntr
     const char* end;
     size_t offset = 0;  // of `begin` in the host copy
   };
-  std::vector<Range> sorted = ranges;
-  std::sort(sorted.begin(), sorted.end(),
+  std::sort(ranges.begin(), ranges.end(),
             [](const Range& x, const Range& y) { return x.dev < y.dev; });
   std::vector<Region> regions;
-  for (const Range& r : sorted) {
+  for (const Range& r : ranges) {
     if (!regions.empty() && r.dev < regions.back().end) {
       regions.back().end = std::max(regions.back().end, r.dev + r.bytes);
     } else {
@@ -149,17 +162,11 @@ void stageOperation(Device& device, Device& engine, int rank, int nranks, OpEntr
     if (r.use == Use::kIn) in.push_back({hostOf(r.dev), r.dev, r.bytes});
     if (r.use == Use::kOut) out.push_back({const_cast<char*>(r.dev), hostOf(r.dev), r.bytes});
   }
-  // The call's pointers move onto the host copy: a buffer the call reads or writes on this
-  // rank begins a range or a span; one it does not touch keeps its address, unused.
+  // The calls' pointers move onto the host copy.
+  size_t call = 0;
   for (auto* list : {&op.colls, &op.p2p}) {
     for (CollArgs& a : *list) {
-      std::vector<Range> mine;
-      rangesOf(a, rank, nranks, &mine);
-      bool reads = false, writes = false;
-      for (const Range& r : mine) {
-        reads = reads || r.use == Use::kIn;
-        writes = writes || r.use == Use::kOut;
-      }
+      const auto [reads, writes] = touches[call++];
       if (reads) a.sendbuf = hostOf(a.sendbuf);
       if (writes) a.recvbuf = hostOf(a.recvbuf);
     }

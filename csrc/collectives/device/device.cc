@@ -1,6 +1,7 @@
 // The dtype/op support matrix and the Device defaults (selection: registry.cc).
 #include "device.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "dtype.h"
 
@@ -60,6 +61,18 @@ void Device::closeShared(void*, size_t, bool) {}
 const void* Device::importBuffer(const PeerRef&, int, size_t) {
   throw RemoteError(
       strCat("a peer sent a peer-read frame, but device ", name(), " cannot map a peer's buffers"));
+}
+
+void Device::waitStaged(const uint32_t* ready, const std::atomic<bool>& abort) {
+  Backoff backoff;
+  while (__atomic_load_n(ready, __ATOMIC_ACQUIRE) == 0) {
+    if (abort.load(std::memory_order_relaxed)) {
+      throw InvalidUsage(
+          "communicator aborted while the operation waited for the work queued before it on "
+          "its stream");
+    }
+    backoff.idle();
+  }
 }
 
 }  // namespace xccl

@@ -117,6 +117,10 @@ class Device {
     size_t bytes;
   };
   virtual bool stagesThroughHost() const { return false; }
+  // streamWait of a staged operation, for the devices that stage: polls `*ready` (a word of
+  // host memory the stream sets to 1 once the inputs are in; no runtime call) until it is
+  // set, or throws InvalidUsage once `abort` is.
+  static void waitStaged(const uint32_t* ready, const std::atomic<bool>& abort);
   // `engine`: the device the engine runs the operation on (the host device), whose
   // allocPeerable() memory the stage comes from, so that peers of this host read it in place
   // (single-copy peer reads) as they read xcclMemAlloc memory.

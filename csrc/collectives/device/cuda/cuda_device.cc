@@ -344,7 +344,7 @@ void CudaDevice::streamWait(void* token, const std::atomic<bool>& abort) {
   auto* c = static_cast<Capture*>(token);
   if (c == nullptr) return;
   if (c->ready != nullptr) {
-    stageWait(c, abort);
+    waitStaged(c->ready, abort);
     return;
   }
   if (c->hold != nullptr && c->hold->exec) {

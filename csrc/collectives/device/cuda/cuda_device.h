@@ -131,9 +131,7 @@ class CudaDevice : public Device {
   void* writeValue_ = nullptr;   // cuStreamWriteValue32, when the driver offers it
   static Stage* currentStage();  // the stage this thread is enqueuing an operation on, or null
   static Stage* takeStage();     // that stage, no longer this thread's (streamHold)
-  void stageMark(Stage* s, void* stream);  // queues "the inputs are staged" (capture)
-  // Until the stream got there (no CUDA call), or `abort` is set (throws).
-  static void stageWait(const Capture* c, const std::atomic<bool>& abort);
+  void stageMark(Stage* s, void* stream);    // queues "the inputs are staged" (capture)
   void stageFinish(Stage* s, void* stream);  // after a hold: the copies back, then `done`
   void stageFreeAll();                       // at destruction
   std::vector<Stage*> stages_;  // under mu_: every stage made, reused once its stream passed

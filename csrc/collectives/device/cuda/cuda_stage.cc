@@ -26,7 +26,6 @@
 
 #include <utility>
 
-#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "cuda_hold.h"
@@ -129,18 +128,6 @@ void CudaDevice::stageMark(Stage* s, void* stream) {
           st, [](void* w) { __atomic_store_n(static_cast<uint32_t*>(w), 1u, __ATOMIC_RELEASE); },
           s->ready),
       "cudaLaunchHostFunc of a stage's ready mark");
-}
-
-void CudaDevice::stageWait(const Capture* c, const std::atomic<bool>& abort) {
-  Backoff backoff;
-  while (__atomic_load_n(c->ready, __ATOMIC_ACQUIRE) == 0) {
-    if (abort.load(std::memory_order_relaxed)) {
-      throw InvalidUsage(
-          "communicator aborted while the operation waited for the work queued before it on "
-          "its stream");
-    }
-    backoff.idle();
-  }
 }
 
 void CudaDevice::stageFinish(Stage* s, void* stream) {

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <memory>
 
-#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -61,10 +60,10 @@ XCCL_PARAM(XdevStaging, "XDEV_STAGING", 0, 0, 1)
 struct XdevDevice::Stage {
   char* host = nullptr;  // the host device's peerable memory the operation runs on
   size_t bytes = 0;
-  std::atomic<uint32_t> ready{0};  // 1 once the stream has copied the inputs in
-  xdevEvent_t done = nullptr;      // recorded after the copies back: complete = reusable
-  bool busy = false;               // between stageBegin and the hold that records `done`
-  ~Stage() {                       // `host`, a memfd of the host device's, goes with the process
+  uint32_t ready = 0;  // 1 once the stream has copied the inputs in (__atomic loads, stores)
+  xdevEvent_t done = nullptr;  // recorded after the copies back: complete = reusable
+  bool busy = false;           // between stageBegin and the hold that records `done`
+  ~Stage() {                   // `host`, a memfd of the host device's, goes with the process
     if (done) xdevEventDestroy(done);
   }
 };
@@ -78,7 +77,7 @@ thread_local std::vector<Device::StageCopy> tlsStageOut;
 // A streamCapture token: the event before the operation, or a staged operation's ready word.
 struct Token {
   xdevEvent_t event = nullptr;
-  std::atomic<uint32_t>* ready = nullptr;
+  const uint32_t* ready = nullptr;
 };
 
 void copiesOn(xcclStream_t stream, const std::vector<Device::StageCopy>& copies) {
@@ -125,7 +124,7 @@ char* XdevDevice::stageBegin(xcclStream_t stream, size_t bytes, Device& engine) 
     pick->busy = true;
   }
   xdevGetLastError();  // a query that said "not ready" leaves nothing behind
-  pick->ready.store(0, std::memory_order_release);
+  __atomic_store_n(&pick->ready, 0u, __ATOMIC_RELEASE);
   tlsStage = pick;
   tlsStageOut.clear();
   return pick->host;
@@ -174,7 +173,8 @@ void* XdevDevice::streamCapture(xcclStream_t stream) {
     token->ready = &s->ready;
     check(xdevLaunchHostFunc(
               static_cast<xdevStream_t>(stream),
-              [](void* w) { static_cast<std::atomic<uint32_t>*>(w)->store(1); }, &s->ready),
+              [](void* w) { __atomic_store_n(static_cast<uint32_t*>(w), 1u, __ATOMIC_RELEASE); },
+              &s->ready),
           "xdevLaunchHostFunc of a stage's ready mark");
     return token.release();
   }
@@ -192,15 +192,7 @@ void XdevDevice::streamWait(void* token, const std::atomic<bool>& abort) {
   auto* t = static_cast<Token*>(token);
   if (t == nullptr) return;
   if (t->ready != nullptr) {
-    Backoff backoff;
-    while (t->ready->load(std::memory_order_acquire) == 0) {
-      if (abort.load(std::memory_order_relaxed)) {
-        throw InvalidUsage(
-            "communicator aborted while the operation waited for the work queued before it on "
-            "its stream");
-      }
-      backoff.idle();
-    }
+    waitStaged(t->ready, abort);
     return;
   }
   check(xdevEventSynchronize(t->event), "xdevEventSynchronize");
