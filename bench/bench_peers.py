@@ -5,6 +5,10 @@ and Open MPI's MPI_Allreduce, in the same processes and the same run, against me
 Systems (each rank holds all four at once):
   gloo       torch.distributed group with backend "gloo", dist.all_reduce in place
   xccl       the default torch.distributed group, backend "xccl" (torch_xccl), same call
+  xccl_reg   the same call on a tensor made inside torch_xccl.peer_memory(min_bytes=1):
+             registered host memory the ranks read in place (issue 27's "registered buffers")
+  xccl_solo  the same call on a group of one rank (each rank its own): no communication, so
+             torch's dispatch and the backend's per-call work, the floor of the xccl rows
   ds_shm     deepspeed.comm.inference_all_reduce with DS_ACCELERATOR=cpu: DeepSpeed's
              shared-memory op (csrc/cpu/comm/shm.cpp, JIT-built with ninja/g++). DeepSpeed
              takes it only when LOCAL_SIZE equals the world size and the op builds; this script
@@ -74,12 +78,16 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # 
 from bench import util  # noqa: E402
 from bench.bench_torch import BUS_FACTOR, median, metadata  # noqa: E402
 
-SYSTEMS = ["gloo", "xccl", "ds_shm", "mpi"]
+SYSTEMS = ["gloo", "xccl", "xccl_reg", "xccl_solo", "ds_shm", "mpi"]
 PEERS = ["gloo", "ds_shm", "mpi"]
 DEFAULT_SIZES = "8,1K,64K,256K,1M,4M,16M,64M"
 API = {
     "gloo": "torch.distributed.all_reduce(t, group=<gloo group>) (in place, CPU tensor)",
     "xccl": "torch.distributed.all_reduce(t) on the default group, backend 'xccl' (in place)",
+    "xccl_reg": "the same call on a tensor made inside torch_xccl.peer_memory(min_bytes=1) "
+                "(registered: memory the host's ranks map and read in place)",
+    "xccl_solo": "the same call on a group of one rank, backend 'xccl' (no communication: "
+                 "torch's and the backend's own per-call floor)",
     "ds_shm": "deepspeed.comm.inference_all_reduce(t) -> torch.ops.deepspeed."
               "inference_all_reduce_ (DeepSpeed CPU shm op, in place)",
     "mpi": "mpi4py comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM) (Open MPI)",
@@ -183,6 +191,12 @@ class Peers:
         self.gloo = dist.new_group(backend="gloo", timeout=to)
         assert dist.get_backend() == "xccl" and torch_xccl.is_torch_xccl_backend(dist.group.WORLD)
         assert dist.get_backend(self.gloo) == "gloo"
+        # every rank takes part in making each group of one; each keeps its own
+        self.solo = None
+        for i in range(self.n):
+            g = dist.new_group([i], timeout=to)
+            if i == self.rank:
+                self.solo = g
         self.ds = None
         self.ds_check = self.init_deepspeed()
 
@@ -288,14 +302,20 @@ class Peers:
         expected = torch.arange(count, dtype=f32).remainder_(13).mul_(n).add_(n * (n - 1) / 2)
         buf = torch.zeros(count, dtype=f32)  # zeros: repeated in-place sums stay finite
 
-        if system in ("gloo", "xccl"):
-            g = self.gloo if system == "gloo" else None
+        if system in ("gloo", "xccl", "xccl_reg", "xccl_solo"):
+            g = {"gloo": self.gloo, "xccl_solo": self.solo}.get(system)
+            if system == "xccl_solo":
+                expected = pattern()
+            if system == "xccl_reg":
+                with self.torch_xccl.peer_memory(min_bytes=1):
+                    buf = torch.zeros(count, dtype=f32)
+                    x_reg = pattern()
 
             def run():
                 dist.all_reduce(buf, group=g)
 
             def check():
-                x = pattern()
+                x = x_reg if system == "xccl_reg" else pattern()
                 dist.all_reduce(x, group=g)
                 return (x - expected).abs().max().item()
         elif system == "ds_shm":
@@ -427,8 +447,13 @@ def rank_main(a):
             if ok_peers:
                 best = min(ok_peers, key=lambda s: row["systems"][s]["time_us"])
                 row["best_peer"] = best
-                row["xccl_time_over_best_peer"] = (row["systems"]["xccl"]["time_us"]
-                                                   / row["systems"][best]["time_us"])
+                for x in ("xccl", "xccl_reg"):
+                    if x in row["systems"]:
+                        row[f"{x}_time_over_best_peer"] = (row["systems"][x]["time_us"]
+                                                           / row["systems"][best]["time_us"])
+            if "xccl_solo" in row["systems"]:
+                row["xccl_over_floor_us"] = (row["systems"]["xccl"]["time_us"]
+                                             - row["systems"]["xccl_solo"]["time_us"])
             results.append(row)
             if a.progress:
                 print("  " + util.fmt_bytes(count * 4).rjust(6) + "  " + "  ".join(
@@ -524,9 +549,9 @@ def print_report(out):
                   f"{r['memcpy_GBps']:8.2f} {v['busbw_over_memcpy']:7.3f}  {ok}")
         print()
     print("summary: time per op (us); xccl/best = xccl time / fastest correct peer "
-          "(< 1: xccl faster)")
+          "(< 1: xccl faster); reg/best the same for xccl_reg; -floor = xccl - xccl_solo (us)")
     head = f"  {'size':>8} {'memcpy us':>9}" + "".join(f" {s:>10}" for s in systems)
-    print(head + f" {'best peer':>10} {'xccl/best':>9}")
+    print(head + f" {'best peer':>10} {'xccl/best':>9} {'reg/best':>9} {'-floor':>7}")
     for r in rows:
         line = f"  {util.fmt_bytes(r['bytes']):>8} {r['memcpy_us']:9.2f}"
         for s in systems:
@@ -535,6 +560,9 @@ def print_report(out):
                      else f" {'WRONG':>10}")
         line += (f" {r['best_peer']:>10} {r['xccl_time_over_best_peer']:9.3f}"
                  if "best_peer" in r else f" {'-':>10} {'-':>9}")
+        line += (f" {r['xccl_reg_time_over_best_peer']:9.3f}"
+                 if "xccl_reg_time_over_best_peer" in r else f" {'-':>9}")
+        line += (f" {r['xccl_over_floor_us']:7.2f}" if "xccl_over_floor_us" in r else f" {'-':>7}")
         print(line)
     chk = out["deepspeed_shm_check"]
     print()
@@ -567,9 +595,11 @@ def plot(out, png):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
     style = {"xccl": ("tab:blue", "o"), "gloo": ("tab:orange", "s"),
+             "xccl_reg": ("tab:purple", "v"), "xccl_solo": ("tab:gray", "."),
              "ds_shm": ("tab:green", "^"), "mpi": ("tab:red", "D")}
     label = {"xccl": "xccl (torch_xccl)", "gloo": "gloo", "ds_shm": "DeepSpeed CPU shm",
-             "mpi": "Open MPI MPI_Allreduce"}
+             "mpi": "Open MPI MPI_Allreduce", "xccl_reg": "xccl, torch_xccl.peer_memory() tensor",
+             "xccl_solo": "xccl on a group of one (per-call floor)"}
     rows, meta, n = out["results"], out["meta"], out["world_size"]
     fig, ax = plt.subplots(figsize=(7.5, 5.2))
     xs = [r["bytes"] for r in rows]
@@ -612,7 +642,7 @@ def main():
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated byte sizes")
     p.add_argument("--max-bytes", default=None, help="drop sizes above this")
     p.add_argument("--rounds", type=int, default=7, help="rounds per system (order rotated)")
-    p.add_argument("--iters", type=int, default=50, help="max ops per round (small sizes)")
+    p.add_argument("--iters", type=int, default=1000, help="max ops per round (small sizes)")
     p.add_argument("--min-iters", type=int, default=2, help="min ops per round (large sizes)")
     p.add_argument("--round-bytes", default="128M",
                    help="ops per round = clamp(round-bytes / size, min-iters, iters)")
