@@ -67,6 +67,11 @@ def build_core():
     if subprocess.call(["cmake", "--build", CORE_BUILD, "--target", "xccl-topo", "-j", jobs],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) != 0:
         print("torch_xccl: xccl-topo not built (CLI11 missing: apt install libcli11-dev)")
+    # The libfabric network plugin (XCCL_NET_PLUGIN=libfabric) exists where CMake found
+    # libfabric; bundled next to libxccl, whose dlopen looks there first.
+    if subprocess.call(["cmake", "--build", CORE_BUILD, "--target", "xccl_net_libfabric", "-j",
+                        jobs], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) != 0:
+        print("torch_xccl: the libfabric network plugin not built (apt install libfabric-dev)")
     libs = []
     for name in BUNDLED:
         found = sorted(glob.glob(os.path.join(CORE_BUILD, name + ".so*")))
@@ -101,6 +106,9 @@ class BuildWithCore(BuildExtension):
                     if os.path.lexists(target):
                         os.remove(target)
                     shutil.copy2(real, target)
+            plugin = os.path.join(CORE_BUILD, "libxccl-net-libfabric.so")
+            if os.path.exists(plugin):
+                shutil.copy2(plugin, os.path.join(dest, "libxccl-net-libfabric.so"))
             topo = os.path.join(CORE_BUILD, "tools", "xccl-topo", "xccl-topo")
             if os.path.exists(topo):
                 bindir = os.path.join(os.path.dirname(dest), "bin")

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""allreduce between two hosts made of network namespaces: xccl (1 and 4 sockets per peer)
-vs gloo vs iperf3, on the bare veth link and shaped with tc (a token-bucket rate limit on
+"""allreduce between two hosts made of network namespaces: xccl (1 and 4 sockets per peer;
+through network plugins: the built-in socket table, libfabric) vs gloo vs iperf3, on the bare veth link and shaped with tc (a token-bucket rate limit on
 each side's egress; netem, for delay, is not in every kernel: this machine's lacks it). Root
 only.
 
 One rank per host, so every byte crosses the link (TCP). Per size the median of a few timed
-calls, each to completion; busbw = bytes x 2(n-1)/n / time = bytes / time for 2 ranks, the
+calls, each to completion, the systems alternated round by round; busbw = bytes x 2(n-1)/n / time = bytes / time for 2 ranks, the
 same unit as iperf3's goodput. iperf3 -P 4 (four flows, as the multi-socket transport uses)
 and -P 1 are measured on the same link just before.
 
-Usage: python bench/bench_two_hosts.py [--rate 1gbit] [--json PATH]
+Usage: python bench/bench_two_hosts.py [--rate 1gbit] [--plugins socket,libfabric] [--json PATH]
+(a plugin that is not installed next to libxccl is left out, said on stderr)
 Needs iperf3 (apt-get install iperf3) and iproute2.
 """
 import argparse
@@ -31,23 +32,32 @@ import json, os, statistics, sys, time, torch, torch.distributed as dist, torch_
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo")
 groups = {}
+# both read when a group's communicator connects
+os.environ["XCCL_NET_PLUGIN"] = "none"
 for n in (1, 4):
-    os.environ["XCCL_NSOCKS"] = str(n)  # read when the group's communicator connects
+    os.environ["XCCL_NSOCKS"] = str(n)
     groups[f"xccl_{n}sock"] = dist.new_group(backend="xccl")
+os.environ["XCCL_NSOCKS"] = "1"
+for plugin in json.loads(sys.argv[2]):
+    os.environ["XCCL_NET_PLUGIN"] = plugin
+    groups[f"xccl_net_{plugin}"] = dist.new_group(backend="xccl")
 groups["gloo"] = dist.group.WORLD
 out = {}
 for nbytes in json.loads(sys.argv[1]):
     t = torch.ones(max(1, nbytes // 4))
     iters = 20 if nbytes < (1 << 20) else 5 if nbytes <= (1 << 20) else 3
+    times = {name: [] for name in groups}
     for name, g in groups.items():
         dist.all_reduce(t, group=g)  # warm-up (and connection set-up)
-        times = []
-        for _ in range(iters):
-            dist.barrier(group=groups["gloo"])
-            t0 = time.perf_counter()
-            dist.all_reduce(t, group=g)
-            times.append(time.perf_counter() - t0)
-        out.setdefault(name, {})[nbytes] = statistics.median(times)
+    for _ in range(3):  # rounds: every system in turn, so a slow spell hits them all
+        for name, g in groups.items():
+            for _ in range(iters):
+                dist.barrier(group=groups["gloo"])
+                t0 = time.perf_counter()
+                dist.all_reduce(t, group=g)
+                times[name].append(time.perf_counter() - t0)
+    for name in groups:
+        out.setdefault(name, {})[nbytes] = statistics.median(times[name])
 if rank == 0:
     print("RESULT " + json.dumps(out), flush=True)
 dist.destroy_process_group()
@@ -67,14 +77,14 @@ def iperf(hosts, flows, seconds=4):
         server.kill()
 
 
-def run_case(hosts, port):
+def run_case(hosts, port, plugins):
     procs = []
     for r, h in enumerate(hosts):
         # gloo resolves the hostname by default (loopback in a namespace): name its link
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR=hosts[0].addr,
                    MASTER_PORT=str(port), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=h.iface)
         env.pop("XCCL_NODE_ID", None)
-        procs.append(h.popen([sys.executable, "-c", WORKER, json.dumps(SIZES)],
+        procs.append(h.popen([sys.executable, "-c", WORKER, json.dumps(SIZES), json.dumps(plugins)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
     try:
         outs = [p.communicate(timeout=900)[0] for p in procs]
@@ -93,8 +103,18 @@ def run_case(hosts, port):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", help="tc tbf rate on each side's link, e.g. 1gbit (default: bare veth)")
+    ap.add_argument("--plugins", default="socket,libfabric",
+                    help="network plugins to compare with the TCP transport (XCCL_NET_PLUGIN)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    import torch_xccl
+    lib = os.path.join(os.path.dirname(torch_xccl.__file__), "lib")
+    plugins = []
+    for p in filter(None, a.plugins.split(",")):
+        if p == "socket" or os.path.exists(os.path.join(lib, f"libxccl-net-{p}.so")):
+            plugins.append(p)
+        else:
+            print(f"bench_two_hosts: plugin {p} not installed in {lib}: left out", file=sys.stderr)
     why = netns.available()
     if why:
         sys.exit(f"bench_two_hosts: {why}")
@@ -105,7 +125,7 @@ def main():
                                 "root", "tbf", "rate", a.rate, "burst", "256kb", "latency", "50ms"],
                                check=True)
         link = {"iperf3_P1": iperf(hosts, 1), "iperf3_P4": iperf(hosts, 4)}
-        res = run_case(hosts, 29733)
+        res = run_case(hosts, 29733, plugins)
     shape = f"tc tbf rate {a.rate} each way" if a.rate else "bare veth"
     print(f"# two hosts (network namespaces + veth), {shape}; 1 rank per host, float32 allreduce")
     print(f"# iperf3 -P 1: {link['iperf3_P1']:.3f} GB/s   iperf3 -P 4: {link['iperf3_P4']:.3f} GB/s")

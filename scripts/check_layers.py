@@ -30,6 +30,7 @@ LAYERS = [
     ("collectives", "csrc/collectives/"),       # libxccl: bootstrap, transports, algorithms
     ("common", "csrc/common/"),                 # errors, logging, knobs, shared memory
     ("backend", "csrc/process_group_xccl/"),    # _C: the c10d backend on libxccl
+    ("net_plugin", "csrc/net_libfabric/"),      # a network plugin, built as a vendor's would be
     ("tools", "tools/"),
     ("tests", "tests/"),
     ("bench", "bench/"),
@@ -40,7 +41,8 @@ LAYERS = [
 # implement the Device interface for libxccl with xccl.h's types and drive xdev through its
 # public API; the collectives use common, xccl.h and the devices; the torch extensions and the
 # tools use only the public headers of the libraries they link (the tools also the core's
-# internals, which they link statically). Tests may include anything.
+# internals, which they link statically); a network plugin sees xccl.h and xccl_net.h only,
+# as one built outside this tree would. Tests may include anything.
 ALLOWED = {
     "common": set(),
     "api": set(),
@@ -50,10 +52,11 @@ ALLOWED = {
     "collectives": {"common", "api", "device"},
     "torch_xdev": {"xdev_api"},
     "backend": {"api", "xdev_api"},
+    "net_plugin": {"api"},
     "tools": {"common", "api", "xdev_api", "device", "collectives"},
     "bench": {"common", "api", "xdev_api", "device", "collectives"},
     "tests": {"common", "api", "xdev_api", "xdev", "device", "collectives", "backend",
-              "torch_xdev"},
+              "torch_xdev", "net_plugin"},
 }
 
 # Headers of an allowed layer that a layer still must not include: libxdev links common/'s

@@ -140,6 +140,9 @@ struct PeerInfo {
   // Shared memory reached on first use: "<arena>;<doorbell>" (shm/arena.h, shm/doorbell.h),
   // "" when this rank makes its rings eagerly (XCCL_RUNTIME_CONNECT=0, payload lanes, no SHM).
   std::string shm;
+  // Through a network plugin (XCCL_NET_PLUGIN): its listen handle and this set-up's nonce
+  // (transport/net/connection.h); "" without a plugin.
+  std::string net;
 };
 
 // The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id + network

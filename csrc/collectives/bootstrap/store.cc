@@ -228,13 +228,13 @@ std::string localHostId() {
 }
 
 std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {
-  std::string out = "XPI4";
+  std::string out = "XPI5";
   net::putU32(out, static_cast<uint32_t>(info.rank));
   net::putU32(out, static_cast<uint32_t>(info.pid));
   net::putU32(out, flags);
   net::putU32(out, static_cast<uint32_t>(info.device));
   for (const std::string* s : {&info.hostId, &info.hostname, &info.busId, &info.tcpAddr,
-                               &info.topology, &info.service, &info.shm}) {
+                               &info.topology, &info.service, &info.shm, &info.net}) {
     const uint32_t max = s == &info.topology ? kMaxTopologyField : kMaxPeerField;
     XCCL_CHECK(s->size() <= max, "PeerInfo field too long: ", s->size());
     net::putU32(out, static_cast<uint32_t>(s->size()));
@@ -244,7 +244,7 @@ std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {
 }
 
 PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags) {
-  if (bytes.size() < 4 || bytes.compare(0, 4, "XPI4") != 0) {
+  if (bytes.size() < 4 || bytes.compare(0, 4, "XPI5") != 0) {
     throw RemoteError("malformed PeerInfo: bad magic");
   }
   Reader r(bytes, 4);
@@ -262,6 +262,7 @@ PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags) {
   info.topology = r.str(kMaxTopologyField);
   info.service = r.str();
   info.shm = r.str();
+  info.net = r.str();
   if (r.left() != 0) throw RemoteError("malformed PeerInfo: trailing bytes");
   return info;
 }

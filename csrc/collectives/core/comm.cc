@@ -137,7 +137,7 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   exchange_->setConnector([this](int peer) { return connectOnFirstUse(peer); });
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   // The start-up summary: one line per rank saying where it runs and how it reaches peers.
-  int shm = 0, tcp = 0, shmLater = 0, tcpLater = 0;
+  int shm = 0, tcp = 0, viaNet = 0, shmLater = 0, tcpLater = 0;
   for (int p = 0; p < nranks; ++p) {
     const auto& c = peers_.connections[p];
     if (peers_.onFirstUse[p] == kFirstUseTcp) {
@@ -145,7 +145,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
     } else if (peers_.onFirstUse[p]) {
       ++shmLater;
     } else if (c) {
-      (std::string(c->kind()) == "SHM" ? shm : tcp)++;
+      const std::string kind = c->kind();
+      (kind == "SHM" ? shm : kind == "NET" ? viaNet : tcp)++;
     }
   }
   XCCL_INFO(
@@ -153,7 +154,8 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
       peers_.peers[rank].hostname, " device ", device_->busId(),
       engine_ != device_ ? " (operations staged through pinned host memory)" : "", " listening on ",
       peers_.peers[rank].tcpAddr, " in ", ms, " ms; ", shm, " peer(s) via SHM, ", tcp, " via TCP, ",
-      shmLater, " via SHM and ", tcpLater, " via TCP on first use (XCCL_RUNTIME_CONNECT); ",
+      viaNet > 0 ? strCat(viaNet, " via a network plugin (XCCL_NET_PLUGIN), ") : "", shmLater,
+      " via SHM and ", tcpLater, " via TCP on first use (XCCL_RUNTIME_CONNECT); ",
       topo_.plan.hosts.size(), " host(s), topology ", topo_.source, ", ring",
       [&] {
         std::string s;

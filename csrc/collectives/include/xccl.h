@@ -302,7 +302,7 @@ XCCL_API xcclResult_t xcclCommProbeAlive(xcclComm_t comm, int* alive, int64_t ti
 typedef struct {
   int peers;          /* the other ranks of comm */
   int shmConnected;   /* peers connected through shared memory */
-  int tcpConnected;   /* peers connected through TCP */
+  int tcpConnected;   /* peers connected through the network: TCP or a network plugin */
   int onFirstUse;     /* peers that will connect when an operation first needs them */
   int64_t shmBytes;   /* shared memory this rank's outgoing rings occupy now */
   int processFds;     /* file descriptors the whole process holds now */

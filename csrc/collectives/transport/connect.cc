@@ -8,7 +8,8 @@
 //      (3n requests, but n copies of the whole list); below 8 ranks every rank reads each
 //   3. for each peer on the same host (equal hostId, SHM allowed on both ends): create
 //      our outgoing SHM ring, publish it under "shm/<rank>/<peer>"
-//   4. TCP for the rest: by default nothing now, the pairs connect on first use (the lower
+//   4. TCP for the rest (or, with XCCL_NET_PLUGIN set, the network plugin: every remote pair
+//      now, net/connection.h): by default nothing now, the pairs connect on first use (the lower
 //      rank connects, the higher rank's Acceptor thread answers: tcp/lazy.cc); eagerly
 //      (XCCL_RUNTIME_CONNECT=0), connect to every higher remote rank, then accept every
 //      lower one (the highest rank only accepts, so by induction every connect gets answered)
@@ -28,6 +29,8 @@
 #include "common/param.h"
 #include "common/process.h"
 #include "common/wait_notice.h"
+#include "net/connection.h"
+#include "net/plugin.h"
 #include "shm/arena.h"
 #include "shm/connection.h"
 #include "shm/ring.h"
@@ -114,7 +117,15 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                 std::string(device.name()) == "host" ? -1 : device.ordinal(),
                 hostTopology,
                 processService(),
-                setup.arena ? strCat(setup.arena->describe(), ";", setup.bell->describe()) : ""};
+                setup.arena ? strCat(setup.arena->describe(), ";", setup.bell->describe()) : "",
+                ""};
+  // With a network plugin, the remote pairs go through it: listen now, publish the handle.
+  const xcclNet_v1_t* plugin = nranks > 1 ? net::activePlugin() : nullptr;
+  std::unique_ptr<net::NetListener> netListener;
+  if (plugin != nullptr) {
+    netListener = std::make_unique<net::NetListener>(plugin);
+    me.net = netListener->record();
+  }
   const std::string mine = serializePeerInfo(me, noShm ? kPeerFlagNoShm : 0);
   store.set(strCat("peer/", rank), mine);
 
@@ -180,12 +191,13 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
 
   // 4. TCP: on first use (the lower rank connects then; our Acceptor thread answers the
   // lower ones), or eagerly: connect upwards, then accept from below.
-  const bool tcpOnFirstUse = xcclParamRuntimeConnect() != 0;
+  const bool tcpOnFirstUse = xcclParamRuntimeConnect() != 0 && !netListener;
   std::set<int> lower;
   bool remote = false;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank || local[p]) continue;
     remote = true;
+    if (netListener) continue;  // below
     if (tcpOnFirstUse) {
       setup.onFirstUse[p] = kFirstUseTcp;
       if (p < rank) lower.insert(p);
@@ -200,7 +212,25 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                      strCat("rank ", rank, ": TCP connect to rank ", p, " (", addr, ")")};
     setup.connections[p] = tcp::connectPeer(rank, p, addr, secret, device, ctx);
   }
-  if (tcpOnFirstUse && remote) {  // it also answers probes: keep listening even for none
+  if (netListener) {  // every remote pair through the plugin, now
+    std::set<int> remotes;
+    std::vector<std::string> handles(nranks), names(nranks);
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank || local[p]) continue;
+      remotes.insert(p);
+      handles[p] = setup.peers[p].net;
+      names[p] = setup.peers[p].hostname;
+    }
+    if (!remotes.empty()) {
+      net::WaitCtx ctx{
+          deadline, &abortFlag,
+          strCat("rank ", rank, ": connecting through the ", plugin->name, " network plugin")};
+      auto made = netListener->connectAll(rank, remotes, handles, names, secret, device, ctx);
+      for (auto& [p, conn] : made) setup.connections[p] = std::move(conn);
+    }
+    netListener.reset();
+    listener->close();
+  } else if (tcpOnFirstUse && remote) {  // it also answers probes: keep listening for none
     setup.acceptor =
         std::make_shared<tcp::Acceptor>(std::move(listener), rank, lower, secret, device);
   } else {
@@ -233,6 +263,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via SHM, connected on first use");
     } else if (local[p]) {
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via SHM");
+    } else if (plugin != nullptr) {
+      XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via NET (", plugin->name, " network plugin)");
     } else {
       XCCL_INFO(INIT, "rank ", rank, " -> ", p, " via TCP ", setup.peers[p].tcpAddr);
     }

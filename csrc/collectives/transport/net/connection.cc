@@ -1,0 +1,484 @@
+// The Connection over a network plugin, and the set-up of its pairs (connection.h).
+#include "connection.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "collectives/device/device.h"
+#include "common/auth.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/param.h"
+#include "plugin.h"
+
+namespace xccl::net {
+
+// Bytes of each direction's buffering through a network plugin (the send ring; the receive
+// slots together), and the largest message posted.
+XCCL_PARAM(NetBuffSize, "NET_BUFFSIZE", 4 << 20, 1 << 12, 1LL << 30)
+XCCL_PARAM(NetChunk, "NET_CHUNK", 512 << 10, 1 << 10, 1 << 28)
+
+namespace {
+
+constexpr size_t kRoom = 64;  // in front of each receive slot: a split header's first part
+constexpr int kMaxSendsInFlight = 16;
+constexpr char kHelloMagic[4] = {'X', 'N', 'H', '1'};
+// magic, sender rank, receiver rank (u32 each), the sender's nonce, its proof
+constexpr size_t kHelloBytes = 4 + 4 + 4 + auth::kNonceBytes + auth::kProofBytes;
+
+size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+std::string helloContext(int from, int to) { return strCat("net hello ", from, ">", to); }
+
+class NetConnection final : public Connection {
+ public:
+  NetConnection(const xcclNet_v1_t* net, int rank, int peer, std::string name, void* sendComm,
+                void* recvComm, Device& device)
+      : net_(net),
+        rank_(rank),
+        peer_(peer),
+        name_(std::move(name)),
+        sendComm_(sendComm),
+        recvComm_(recvComm),
+        device_(device) {
+    chunk_ = roundUp(static_cast<size_t>(xcclParamNetChunk()), kRoom);
+    ringBytes_ =
+        roundUp(std::max<size_t>(static_cast<size_t>(xcclParamNetBuffSize()), chunk_), chunk_);
+    nslots_ = std::max<size_t>(2, ringBytes_ / chunk_);
+    sring_ = static_cast<unsigned char*>(std::aligned_alloc(kRoom, ringBytes_));
+    slotStride_ = kRoom + chunk_;
+    slotsMem_ = static_cast<unsigned char*>(std::aligned_alloc(kRoom, nslots_ * slotStride_));
+    if (sring_ == nullptr || slotsMem_ == nullptr) {
+      std::free(sring_);
+      std::free(slotsMem_);
+      throw IoError(strCat("rank ", rank_, ": no memory for the rings to rank ", peer_));
+    }
+    device_.registerStaging(sring_, ringBytes_);
+    device_.registerStaging(slotsMem_, nslots_ * slotStride_);
+    try {
+      check(net_->regMr(sendComm_, sring_, ringBytes_, XCCL_NET_PTR_HOST, &sendMr_), net_->name,
+            "regMr (send ring)");
+      check(net_->regMr(recvComm_, slotsMem_, nslots_ * slotStride_, XCCL_NET_PTR_HOST, &recvMr_),
+            net_->name, "regMr (receive slots)");
+      slots_.resize(nslots_);
+      for (size_t i = 0; i < nslots_; ++i) {
+        slots_[i].data = slotsMem_ + i * slotStride_ + kRoom;
+        post(slots_[i]);
+      }
+    } catch (...) {
+      close();
+      device_.unregisterStaging(sring_);
+      device_.unregisterStaging(slotsMem_);
+      std::free(sring_);
+      std::free(slotsMem_);
+      throw;
+    }
+  }
+
+  ~NetConnection() override {
+    XCCL_INFO(NET, "rank ", rank_, " <-> ", peer_, " through the ", net_->name,
+              " network plugin: ", messagesSent_, " messages sent, ", messagesReceived_,
+              " received, ", tailsJoined_, " short tails joined to the next message");
+    close();
+    device_.unregisterStaging(sring_);
+    device_.unregisterStaging(slotsMem_);
+    std::free(sring_);
+    std::free(slotsMem_);
+  }
+
+  size_t reserveSend(void** window, size_t want) override {
+    const size_t used = static_cast<size_t>(committed_ - released_);
+    const size_t off = static_cast<size_t>(committed_ % ringBytes_);
+    const size_t n = std::min({want, ringBytes_ - used, ringBytes_ - off});
+    *window = sring_ + off;
+    return n;
+  }
+
+  void commitSend(size_t bytes) override { committed_ += bytes; }
+
+  size_t peekRecv(const void** window) override {
+    for (;;) {
+      Slot& s = slots_[head_];
+      if (s.state != Slot::kFull) return 0;
+      const size_t left = s.size - s.consumed + s.front;
+      if (left == 0) {  // an empty message, or read to its end
+        advance();
+        continue;
+      }
+      // A short tail: join it to the next slot's bytes when those are in, so a split
+      // header or element reads as one window.
+      Slot& next = slots_[(head_ + 1) % nslots_];
+      if (left < kRoom && next.state == Slot::kFull && next.consumed == 0 && next.front == 0 &&
+          next.size > 0) {
+        memmove(next.data - left, s.data + s.consumed - s.front, left);
+        next.front = left;
+        ++tailsJoined_;
+        s.consumed = s.size;
+        s.front = 0;
+        advance();
+        continue;
+      }
+      *window = s.data + s.consumed - s.front;
+      return left;
+    }
+  }
+
+  void consumeRecv(size_t bytes) override {
+    Slot& s = slots_[head_];
+    const size_t fromFront = std::min(bytes, s.front);
+    s.front -= fromFront;
+    s.consumed += bytes - fromFront;
+    if (s.front == 0 && s.consumed == s.size) advance();
+  }
+
+  bool progress() override {
+    if (!gone_.empty()) return false;
+    bool moved = false;
+    try {
+      // Sends: release completed ones in order, then post what was committed.
+      while (!sends_.empty()) {
+        int done = 0;
+        size_t n = 0;
+        if (!call(net_->test(sends_.front().req, &done, &n), "test (send)") || !done) break;
+        released_ += sends_.front().bytes;
+        sends_.pop_front();
+        moved = true;
+      }
+      while (posted_ < committed_ && static_cast<int>(sends_.size()) < kMaxSendsInFlight) {
+        const size_t off = static_cast<size_t>(posted_ % ringBytes_);
+        const size_t n = std::min<size_t>({committed_ - posted_, chunk_, ringBytes_ - off});
+        void* req = nullptr;
+        if (!call(net_->isend(sendComm_, sring_ + off, n, sendMr_, &req), "isend") ||
+            req == nullptr) {
+          break;
+        }
+        sends_.push_back({req, n});
+        posted_ += n;
+        ++messagesSent_;
+        moved = true;
+      }
+      // Receives: the slots complete in order; post again those read (or refused before).
+      for (size_t k = 0; k < nslots_; ++k) {
+        Slot& s = slots_[(head_ + k) % nslots_];
+        if (s.state == Slot::kIdle) post(s);
+        if (s.state != Slot::kPosted) {
+          if (s.state == Slot::kIdle) break;
+          continue;
+        }
+        int done = 0;
+        size_t n = 0;
+        if (!call(net_->test(s.req, &done, &n), "test (receive)") || !done) break;
+        s.state = Slot::kFull;
+        ++messagesReceived_;
+        s.size = n;
+        s.consumed = 0;
+        s.req = nullptr;
+        moved = true;
+      }
+    } catch (const RemoteError& e) {
+      gone_ = e.what();
+    }
+    return moved;
+  }
+
+  bool sendPending() override { return committed_ != released_; }
+
+  std::string peerGone() override {
+    if (gone_.empty()) progress();
+    return gone_;
+  }
+
+  void close() override {
+    if (sendComm_ != nullptr) {
+      if (sendMr_ != nullptr) net_->deregMr(sendComm_, sendMr_);
+      net_->closeSend(sendComm_);
+      sendComm_ = nullptr;
+    }
+    if (recvComm_ != nullptr) {
+      if (recvMr_ != nullptr) net_->deregMr(recvComm_, recvMr_);
+      net_->closeRecv(recvComm_);
+      recvComm_ = nullptr;
+    }
+    if (gone_.empty()) gone_ = "closed locally";
+  }
+
+  const char* kind() const override { return "NET"; }
+  int peer() const override { return peer_; }
+
+ private:
+  struct Slot {
+    enum State { kIdle, kPosted, kFull } state = kIdle;
+    unsigned char* data = nullptr;
+    void* req = nullptr;
+    size_t size = 0;      // bytes the message brought
+    size_t consumed = 0;  // of those, read
+    size_t front = 0;     // bytes of the slot before moved into the room in front
+  };
+  struct Send {
+    void* req;
+    size_t bytes;
+  };
+
+  // A plugin result: true on success; a remote failure is recorded (the peer is gone for
+  // this pair); anything else is this side's fault and thrown.
+  bool call(xcclResult_t r, const char* what) {
+    if (r == xcclSuccess) return true;
+    if (r == xcclRemoteError) {
+      if (gone_.empty()) {
+        gone_ = strCat("rank ", peer_, " (", name_, " through the ", net_->name,
+                       " network plugin) ", what, " failed: the peer closed or left");
+      }
+      return false;
+    }
+    check(r, net_->name, what);
+    return false;
+  }
+
+  void post(Slot& s) {
+    if (recvComm_ == nullptr || !gone_.empty()) return;
+    void* req = nullptr;
+    if (!call(net_->irecv(recvComm_, s.data, chunk_, recvMr_, &req), "irecv") || req == nullptr)
+      return;
+    s.req = req;
+    s.state = Slot::kPosted;
+  }
+
+  void advance() {
+    Slot& s = slots_[head_];
+    s.state = Slot::kIdle;
+    s.size = s.consumed = s.front = 0;
+    head_ = (head_ + 1) % nslots_;
+    post(s);
+  }
+
+  const xcclNet_v1_t* net_;
+  int rank_, peer_;
+  std::string name_;
+  void* sendComm_;
+  void* recvComm_;
+  Device& device_;
+  void* sendMr_ = nullptr;
+  void* recvMr_ = nullptr;
+  size_t chunk_ = 0, ringBytes_ = 0, nslots_ = 0, slotStride_ = 0;
+  unsigned char* sring_ = nullptr;
+  unsigned char* slotsMem_ = nullptr;
+  uint64_t committed_ = 0, posted_ = 0, released_ = 0;
+  std::deque<Send> sends_;
+  std::vector<Slot> slots_;
+  size_t head_ = 0;
+  std::string gone_;
+  uint64_t messagesSent_ = 0, messagesReceived_ = 0, tailsJoined_ = 0;
+};
+
+struct Outgoing {  // this rank's side towards one peer while connecting
+  void* comm = nullptr;
+  void* mr = nullptr;
+  void* req = nullptr;
+  std::string hello;
+  bool sent = false;
+};
+
+struct Incoming {  // an accepted connection whose hello has not arrived yet
+  void* comm = nullptr;
+  void* mr = nullptr;
+  void* req = nullptr;
+  std::string buf;
+};
+
+}  // namespace
+
+NetListener::NetListener(const xcclNet_v1_t* table) : net_(table) {
+  std::string handle(XCCL_NET_HANDLE_MAXSIZE, '\0');
+  check(net_->listen(0, handle.data(), &listen_), net_->name, "listen");
+  nonce_ = auth::nonce();
+  record_ = handle + nonce_;
+}
+
+NetListener::~NetListener() {
+  if (listen_ != nullptr) net_->closeListen(listen_);
+}
+
+std::map<int, std::unique_ptr<Connection>> NetListener::connectAll(
+    int rank, const std::set<int>& peers, const std::vector<std::string>& records,
+    const std::vector<std::string>& names, const std::string& secret, Device& device,
+    const WaitCtx& ctx) {
+  const char* plugin = net_->name;
+  std::map<int, Outgoing> out;
+  std::map<int, void*> in;  // by the rank its hello proved
+  std::vector<Incoming> accepting;
+  auto cleanup = [&] {
+    for (auto& [p, o] : out) {
+      if (o.comm == nullptr) continue;
+      if (o.mr != nullptr) net_->deregMr(o.comm, o.mr);
+      net_->closeSend(o.comm);
+    }
+    for (auto& a : accepting) {
+      if (a.mr != nullptr) net_->deregMr(a.comm, a.mr);
+      net_->closeRecv(a.comm);
+    }
+    for (auto& [p, c] : in) net_->closeRecv(c);
+  };
+  for (int p : peers) {
+    const std::string& rec = records[p];
+    if (rec.size() != XCCL_NET_HANDLE_MAXSIZE + auth::kNonceBytes) {
+      throw RemoteError(strCat("rank ", rank, ": rank ", p, " published no ", plugin,
+                               " network handle (is XCCL_NET_PLUGIN the same on every rank?)"));
+    }
+    Outgoing& o = out[p];
+    const std::string mine = auth::nonce();
+    o.hello.assign(kHelloMagic, 4);
+    putU32(o.hello, static_cast<uint32_t>(rank));
+    putU32(o.hello, static_cast<uint32_t>(p));
+    o.hello += mine;
+    o.hello += auth::proof(secret, "net-connector", rec.substr(XCCL_NET_HANDLE_MAXSIZE), mine,
+                           helloContext(rank, p));
+  }
+  Backoff idle;
+  try {
+    size_t sent = 0;
+    while (sent < out.size() || in.size() < peers.size()) {
+      if (ctx.abortFlag != nullptr && ctx.abortFlag->load()) {
+        throw InvalidUsage(strCat(ctx.what, ": aborted"));
+      }
+      if (ctx.deadline.expired()) {
+        std::string missing;
+        for (int p : peers) {
+          if (!out[p].sent) missing += strCat(" ->", p);
+          if (!in.count(p)) missing += strCat(" <-", p);
+        }
+        throw Timeout(
+            strCat(ctx.what, ": pairs not made within ", ctx.deadline.budgetMs(), " ms:", missing));
+      }
+      bool moved = false;
+      for (auto& [p, o] : out) {
+        if (o.sent) continue;
+        if (o.comm == nullptr) {
+          const xcclResult_t r = net_->connect(0, records[p].data(), &o.comm);
+          if (r == xcclRemoteError) {
+            throw RemoteError(strCat("rank ", rank, ": connecting to rank ", p, " (", names[p],
+                                     ") through the ", plugin,
+                                     " network plugin failed: is it "
+                                     "still running?"));
+          }
+          check(r, plugin, "connect");
+          if (o.comm == nullptr) continue;
+          check(net_->regMr(o.comm, o.hello.data(), o.hello.size(), XCCL_NET_PTR_HOST, &o.mr),
+                plugin, "regMr (hello)");
+          moved = true;
+        }
+        if (o.req == nullptr) {
+          check(net_->isend(o.comm, o.hello.data(), o.hello.size(), o.mr, &o.req), plugin,
+                "isend (hello)");
+          if (o.req == nullptr) continue;
+          moved = true;
+        }
+        int done = 0;
+        size_t n = 0;
+        check(net_->test(o.req, &done, &n), plugin, "test (hello sent)");
+        if (done) {
+          o.sent = true;
+          o.req = nullptr;
+          ++sent;
+          moved = true;
+        }
+      }
+      void* rc = nullptr;
+      check(net_->accept(listen_, &rc), plugin, "accept");
+      if (rc != nullptr) {
+        accepting.push_back({rc, nullptr, nullptr, std::string(kHelloBytes + 64, '\0')});
+        Incoming& a = accepting.back();
+        check(net_->regMr(a.comm, a.buf.data(), a.buf.size(), XCCL_NET_PTR_HOST, &a.mr), plugin,
+              "regMr (hello)");
+        moved = true;
+      }
+      for (size_t i = 0; i < accepting.size();) {
+        Incoming& a = accepting[i];
+        if (a.req == nullptr) {
+          check(net_->irecv(a.comm, a.buf.data(), a.buf.size(), a.mr, &a.req), plugin,
+                "irecv (hello)");
+          if (a.req == nullptr) {
+            ++i;
+            continue;
+          }
+        }
+        int done = 0;
+        size_t n = 0;
+        const xcclResult_t r = net_->test(a.req, &done, &n);
+        std::string refused;
+        int from = -1;
+        if (r != xcclSuccess) {
+          refused = "it failed before its hello";
+        } else if (!done) {
+          ++i;
+          continue;
+        } else {
+          const auto* b = reinterpret_cast<const unsigned char*>(a.buf.data());
+          from = n == kHelloBytes && memcmp(b, kHelloMagic, 4) == 0
+                     ? static_cast<int>(getU32(b + 4))
+                     : -1;
+          const int to = n == kHelloBytes ? static_cast<int>(getU32(b + 8)) : -1;
+          if (from < 0 || !peers.count(from) || to != rank) {
+            refused = "its hello names no expected pair";
+          } else if (in.count(from)) {
+            refused = strCat("rank ", from, " connected twice");
+          } else {
+            const std::string theirs(a.buf.data() + 12, auth::kNonceBytes);
+            const std::string proof(a.buf.data() + 12 + auth::kNonceBytes, auth::kProofBytes);
+            if (!auth::sameProof(proof, auth::proof(secret, "net-connector", nonce_, theirs,
+                                                    helloContext(from, rank)))) {
+              refused = strCat("its hello claims rank ", from, " without the secret");
+            }
+          }
+        }
+        if (a.mr != nullptr) net_->deregMr(a.comm, a.mr);
+        if (refused.empty()) {
+          in[from] = a.comm;
+        } else {
+          XCCL_WARN(NET, "rank ", rank, ": refused a connection through the ", plugin,
+                    " network plugin: ", refused);
+          net_->closeRecv(a.comm);
+        }
+        accepting.erase(accepting.begin() + static_cast<std::ptrdiff_t>(i));
+        moved = true;
+      }
+      if (moved) {
+        idle.reset();
+      } else {
+        idle.idle();
+      }
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  std::map<int, std::unique_ptr<Connection>> result;
+  for (int p : peers) {
+    Outgoing& o = out[p];
+    if (o.mr != nullptr) net_->deregMr(o.comm, o.mr);
+    void* sc = o.comm;
+    o.comm = nullptr;
+    void* rc = in[p];
+    in.erase(p);
+    try {
+      result[p] = makeNetConnection(net_, rank, p, names[p], sc, rc, device);
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+  }
+  return result;
+}
+
+std::unique_ptr<Connection> makeNetConnection(const xcclNet_v1_t* table, int rank, int peer,
+                                              std::string name, void* sendComm, void* recvComm,
+                                              Device& device) {
+  return std::make_unique<NetConnection>(table, rank, peer, std::move(name), sendComm, recvComm,
+                                         device);
+}
+
+}  // namespace xccl::net
