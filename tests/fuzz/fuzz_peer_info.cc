@@ -26,7 +26,8 @@ std::vector<std::string> xcclFuzzSeeds() {
                    1,
                    "system xdev\nhost node-a\ndevices 2\nlink 0 1 XL 100\n",
                    "10.0.0.1:6000 0123456789abcdef",
-                   "4242 7 1048576 4;4242 8"};
-  xccl::PeerInfo b{0, 1, "", "", "", "", -1, ""};
+                   "4242 7 1048576 4;4242 8",
+                   std::string(144, '\x01')};  // a network plugin's handle and nonce
+  xccl::PeerInfo b{0, 1, "", "", "", "", -1, "", "", "", ""};
   return {xccl::serializePeerInfo(a, 1), xccl::serializePeerInfo(b, 0)};
 }
