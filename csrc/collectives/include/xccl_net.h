@@ -31,6 +31,13 @@
  * or sent something impossible (libxccl fails the operations on that pair and names the
  * peer); xcclSystemError a local failure; xcclInvalidArgument a bad call. The logger passed
  * to init() is how a plugin's messages reach XCCL_DEBUG's output.
+ *
+ * A peer's death: test() of a request on a pair whose peer died (or closed) should return
+ * xcclRemoteError within seconds. libxccl has no other watch over a plugin's pairs than the
+ * operation's timeout, so a plugin whose provider does not report deaths must find out
+ * itself (the libfabric plugin pings).
+ *
+ * Lifetime: there is no finalize in v1; a plugin, once loaded, lives until the process exits.
  */
 #ifndef XCCL_NET_H_
 #define XCCL_NET_H_
@@ -68,7 +75,8 @@ typedef struct {
   int latencyUs;          /* one-way latency estimate for the cost model; 0 when unknown */
   int ptrSupport;         /* XCCL_NET_PTR_* */
   int regIsGlobal;        /* 1: a registration made on one comm serves every comm */
-  size_t maxMessageBytes; /* the largest message one isend may carry */
+  size_t maxMessageBytes; /* the largest message one isend may carry (SIZE_MAX: no limit;
+                             callers size nothing after it) */
   int maxComms;           /* how many communicators the device can hold; 0 = no limit */
 } xcclNetProperties_v1_t;
 
@@ -84,14 +92,16 @@ typedef struct {
      plugin's connect understands) and returns a listen communicator. */
   xcclResult_t (*listen)(int dev, void* handle, void** listenComm);
   /* Connects to a peer's handle. *sendComm stays NULL until the connection is made: call
-     again with the same arguments. */
+     again with the same arguments. Connections to one listener are interchangeable: a plugin
+     may finish any pending connect of that handle on such a call. */
   xcclResult_t (*connect)(int dev, const void* handle, void** sendComm);
   /* The next connection to this listener, or *recvComm == NULL when none is ready yet. Which
      sender it is, is for the caller to learn (libxccl sends a hello first). */
   xcclResult_t (*accept)(void* listenComm, void** recvComm);
   /* Registers memory for isend/irecv on `comm` (a send or receive communicator). `type` is
      XCCL_NET_PTR_HOST or XCCL_NET_PTR_DEVICE. A plugin that needs no registration returns a
-     non-NULL token of its choice. */
+     non-NULL token of its choice. libxccl registers every buffer it posts and passes the
+     token to isend/irecv (never NULL); `data` may be NULL only when `size` is 0. */
   xcclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
   xcclResult_t (*deregMr)(void* comm, void* mhandle);
   /* Posts a send of `size` bytes (0 allowed). *request stays NULL when the plugin cannot take
@@ -102,8 +112,12 @@ typedef struct {
   /* Progresses and tests a request. *done = 1 once complete (the request is then freed by the
      plugin and must not be tested again); *size is the bytes sent or received. */
   xcclResult_t (*test)(void* request, int* done, size_t* size);
-  /* Close communicators; requests still posted on them are abandoned (their memory is the
-     caller's again). A close never blocks on the peer. */
+  /* Close communicators; requests still posted on them are abandoned and never tested
+     again. A close never blocks on the peer. xcclSuccess: the plugin no longer touches the
+     memory of those requests. xcclInProgress: it may still (a send the provider cannot
+     cancel, a receive already taking a message): the caller keeps that memory valid until
+     the process exits. A close also releases the registrations made on the communicator
+     (once nothing uses them); deregMr is for a buffer the caller stops using before. */
   xcclResult_t (*closeSend)(void* sendComm);
   xcclResult_t (*closeRecv)(void* recvComm);
   xcclResult_t (*closeListen)(void* listenComm);

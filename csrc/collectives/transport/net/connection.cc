@@ -87,6 +87,12 @@ class NetConnection final : public Connection {
     close();
     device_.unregisterStaging(sring_);
     device_.unregisterStaging(slotsMem_);
+    if (keepRings_) {
+      XCCL_INFO(NET, "rank ", rank_, " <-> ", peer_, ": the ", net_->name,
+                " plugin may still use this pair's buffers after closing it; ",
+                (ringBytes_ + nslots_ * slotStride_) >> 10, " KiB kept until exit");
+      return;
+    }
     std::free(sring_);
     std::free(slotsMem_);
   }
@@ -194,14 +200,14 @@ class NetConnection final : public Connection {
   }
 
   void close() override {
+    // Abandoned requests may still touch the rings (xcclInProgress): then they are kept
+    // until the process exits, as the ABI asks. A close releases the comm's registrations.
     if (sendComm_ != nullptr) {
-      if (sendMr_ != nullptr) net_->deregMr(sendComm_, sendMr_);
-      net_->closeSend(sendComm_);
+      if (net_->closeSend(sendComm_) == xcclInProgress) keepRings_ = true;
       sendComm_ = nullptr;
     }
     if (recvComm_ != nullptr) {
-      if (recvMr_ != nullptr) net_->deregMr(recvComm_, recvMr_);
-      net_->closeRecv(recvComm_);
+      if (net_->closeRecv(recvComm_) == xcclInProgress) keepRings_ = true;
       recvComm_ = nullptr;
     }
     if (gone_.empty()) gone_ = "closed locally";
@@ -273,6 +279,7 @@ class NetConnection final : public Connection {
   size_t head_ = 0;
   std::string gone_;
   uint64_t messagesSent_ = 0, messagesReceived_ = 0, tailsJoined_ = 0;
+  bool keepRings_ = false;
 };
 
 struct Outgoing {  // this rank's side towards one peer while connecting
