@@ -50,7 +50,16 @@ TEST_F(Select, EveryCollectiveHasAnAlgorithm) {
 TEST_F(Select, AutomaticChoiceFollowsMessageSize) {
   ScopedEnv algo("XCCL_ALGO", nullptr);
   ScopedEnv max("XCCL_ALLREDUCE_DIRECT_MAX", "4096");
-  EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");  // 4 KiB
+  EXPECT_EQ(pick(CollType::kAllReduce, 1024), "slot");  // 4 KiB, one host, host memory
+  {
+    ScopedEnv noSlot("XCCL_SLOT_MAX", "0");
+    EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");
+  }
+  {
+    ScopedEnv smallSlot("XCCL_SLOT_MAX", "1024");
+    EXPECT_EQ(pick(CollType::kAllReduce, 256), "slot");
+    EXPECT_EQ(pick(CollType::kAllReduce, 257), "direct");
+  }
   EXPECT_EQ(pick(CollType::kAllReduce, 1025), "ring");
   EXPECT_EQ(pick(CollType::kBroadcast, 1 << 20), "chain");
   EXPECT_EQ(pick(CollType::kBroadcast, 16), "direct");

@@ -34,6 +34,9 @@ struct Algorithm {
   // ((in0 op in1) op in2) ..., whatever the size and the placement of the ranks: the
   // algorithms XCCL_REPRODUCIBLE=1 chooses among.
   bool ordered = false;
+  // Compares every rank's call itself (each rank reads every other's signature): no desync
+  // check frame is posted for it (Exchange::postCheck).
+  bool checksCalls = false;
 };
 
 const std::vector<Algorithm>& allAlgorithms();

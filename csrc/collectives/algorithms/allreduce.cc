@@ -437,6 +437,8 @@ std::vector<Algorithm> allreduceAlgorithms() {
           {"direct", CollType::kAllReduce, directSupports, directRun, /*hearsRingPrev=*/true,
            /*ordered=*/true},
           {"recdoubling", CollType::kAllReduce, recDoublingSupports, recDoublingRun},
+          {"slot", CollType::kAllReduce, slotSupports, slotRun, /*hearsRingPrev=*/false,
+           /*ordered=*/true, /*checksCalls=*/true},
           {"rabenseifner", CollType::kAllReduce, ringSupports, rabenseifnerRun}};
 }
 

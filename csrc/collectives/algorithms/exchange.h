@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/slot.h"
 #include "collectives/transport/shm/doorbell.h"
 #include "collectives/transport/transport.h"
 #include "common/clock.h"
@@ -155,6 +156,31 @@ class Exchange {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   Device& device() { return device_; }
+  const Device& device() const { return device_; }
+  // For algorithms that wait outside the engine (slot.cc): the communicator's abort flag and
+  // the current operation's deadline.
+  bool aborted() const { return abort_.load(std::memory_order_relaxed); }
+  const Deadline& deadline() const { return deadline_; }
+  bool checksums() const { return checksum_; }
+  // The communicator's slots for small allreduces on one host (algo::slotRun), once made.
+  algo::SlotArea* slotArea() const { return slots_.get(); }
+  void setSlotArea(algo::SlotAreaPtr area) {
+    slots_ = std::move(area);
+    slotsShared_.store(slots_.get(), std::memory_order_release);
+  }
+  // While this rank runs an operation that expects no frame from `peer` (a slot allreduce):
+  // a frame at the head of its stream means the peer runs another operation (a desync: throws
+  // the mismatch naming both calls) or failed (its abort frame: throws its reason).
+  void checkQuietPeer(int peer);
+  // The communicator failed (any thread): peers waiting on this rank's slots stop waiting.
+  void markSlotsFailed(const std::string& why) {
+    if (algo::SlotArea* a = slotsShared_.load(std::memory_order_acquire)) {
+      algo::markSlotsFailed(*a, why);
+    }
+  }
+  // A failure outside wait() (an algorithm that waits by itself): as wait() does, abort
+  // frames to the peers and nothing left posted.
+  void abandonOp(const std::string& why) { abandon(why); }
   // Ranks in ring order (ranks grouped by host); ringNext/ringPrev are neighbours of `rank`.
   const std::vector<int>& ring() const { return ring_; }
   int ringPos(int rank) const { return ringPos_[rank]; }
@@ -262,7 +288,9 @@ class Exchange {
   bool progressRecvAny();
   bool posted(int peer) const;
   void checkPeers();
-  [[noreturn]] void failPeerGone(int peer, const std::string& why, bool silent = false);
+  // `doing`: what this rank was doing with the peer, when the engine has nothing posted for it.
+  [[noreturn]] void failPeerGone(int peer, const std::string& why, bool silent = false,
+                                 const char* doing = nullptr);
   [[noreturn]] void failTimeout();
   void checkHeader(int peer, const PendingMsg& m, const FrameHeader& h) const;
   std::string abortReason(int peer);  // the peer's abort frame at the head of its stream, if any
@@ -336,7 +364,9 @@ class Exchange {
   shm::Doorbell* bell_ = nullptr;
   bool peerReadOn_;        // XCCL_PEER_READ
   bool checksum_ = false;  // XCCL_CHECKSUM
-  int64_t flipLeft_ = 0;   // XCCL_CHECKSUM_FLIP (tests): windows to the flip
+  algo::SlotAreaPtr slots_;
+  std::atomic<algo::SlotArea*> slotsShared_{nullptr};  // slots_, for other threads
+  int64_t flipLeft_ = 0;  // XCCL_CHECKSUM_FLIP (tests): windows to the flip
   // XCCL_CHECKSUM=1: the trailer of a received message against what arrived.
   void verifyTrailer(int peer, const PendingMsg& m, const FrameTrailer& t);
   size_t peerReadMin_;                     // XCCL_PEER_READ_MIN

@@ -134,6 +134,36 @@ void Exchange::checkPeers() {
 
 // Before blaming another rank's failure: when the ring predecessor's check frame is already
 // here and names a different call, that disagreement is the root cause; report it instead.
+void Exchange::checkQuietPeer(int peer) {
+  Connection* c = conns_[peer];
+  if (c == nullptr || !c->connected()) return;
+  FrameHeader h;
+  if (!peekHeader(c, &h)) {
+    // Nothing from it: a peer that left, or went silent (heartbeats), will not come.
+    std::string why = c->peerGone();
+    const char* doing = "waiting for its input in the slots";
+    if (!why.empty()) failPeerGone(peer, why, /*silent=*/false, doing);
+    why = c->silence();
+    if (!why.empty()) failPeerGone(peer, why, /*silent=*/true, doing);
+    return;
+  }
+  if (h.magic != kFrameMagic || h.check != headerCheck(h)) {
+    throw RemoteError(strCat("rank ", rank_, ": malformed frame from rank ", peer, " during ",
+                             describeCall(sig_), " (bad magic or checksum)"));
+  }
+  if (h.flags & kFlagAbort) {
+    const std::string reason = abortReason(peer);
+    throw RemoteError(strCat("rank ", rank_, ": rank ", peer, " failed: ", reason));
+  }
+  const bool p2p = (h.flags & kFlagP2P) != 0;
+  throw RemoteError(strCat(
+      "rank ", rank_, ": collective mismatch: rank ", rank_, " called ", describeCall(sig_),
+      " (collective #", collSeq_, "), rank ", peer, " called ", describeCall(signatureOfHeader(h)),
+      p2p ? strCat(" (point-to-point #", h.seq, ")") : strCat(" (collective #", h.seq, ")"),
+      ". The ranks of a group must issue the same collectives in the same order with the same "
+      "dtype, element count, reduction op and root"));
+}
+
 void Exchange::preferMismatch() {
   if (nranks_ < 2) return;
   const int prev = ringPrev();
@@ -146,7 +176,7 @@ void Exchange::preferMismatch() {
   checkHeader(prev, m, h);  // throws the mismatch, if there is one
 }
 
-void Exchange::failPeerGone(int peer, const std::string& why, bool silent) {
+void Exchange::failPeerGone(int peer, const std::string& why, bool silent, const char* doing) {
   preferMismatch();
   std::string reason = abortReason(peer);
   if (reason.empty()) reason = conns_[peer]->peerNote();
@@ -171,6 +201,8 @@ void Exchange::failPeerGone(int peer, const std::string& why, bool silent) {
                         : strCat("receiving ", m.bytes - m.done, " of ", m.bytes, " bytes from it");
   } else if (recvAny_) {
     what = "receiving from any rank";
+  } else if (doing != nullptr) {
+    what = doing;
   } else {
     what = "handing it bytes it had not taken yet (still in this rank's send buffer)";
   }

@@ -120,7 +120,8 @@ void Exchange::wait(const std::function<bool()>& more) {
 
 void Exchange::abandon(const std::string& why) {
   // Tell the peers why (best effort), then leave the engine empty: the communicator is
-  // failed and will not reuse this state.
+  // failed and will not reuse this state. Peers waiting on our slots read it there.
+  markSlotsFailed(why);
   sendAbortFrames(why);
   for (auto& q : sends_) q.clear();
   for (auto& q : recvs_) q.clear();

@@ -73,6 +73,11 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   // move, so ranks that disagree fail instead of returning (Exchange::postCheck); schedules
   // that receive from the predecessor anyway compare in their own frames.
   if (args.count == 0 && !handshake) {  // nothing to move on any rank
+    if (args.type == CollType::kAllReduce && ex.slotArea() != nullptr &&
+        algo::slotSupports(args, ex)) {
+      algo::slotRun(ex, args);  // compared through the slots, where the others look
+      return;
+    }
     ex.postCheck();
     ex.wait();
     return;
@@ -103,7 +108,7 @@ void runCollective(Exchange& ex, const CollArgs& args) {
   const Algorithm& algorithm = selectAlgorithm(run, ex);
   XCCL_TRACE(COLL, collName(args.type), " ", describeSize(args, ex), " op ",
              reduction ? xcclOpName(args.op) : "-", " root ", args.root, " via ", algorithm.name);
-  if (!algorithm.hearsRingPrev || handshake) ex.postCheck();
+  if ((!algorithm.hearsRingPrev && !algorithm.checksCalls) || handshake) ex.postCheck();
   algorithm.run(ex, run);
   ex.wait();  // the check frames, when the schedule posted nothing after them
   if (reduction && args.op == xcclAvg) {

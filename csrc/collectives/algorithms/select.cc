@@ -9,7 +9,8 @@
 //   the call runs:
 //
 //   collective      small (bytes <= knob)   large       knob (bytes of the whole buffer)
-//   allreduce       direct (twolevel)       ring (hierarchical)   XCCL_ALLREDUCE_DIRECT_MAX
+//   allreduce       slot (one host), direct ring (hierarchical)   XCCL_ALLREDUCE_DIRECT_MAX
+//                   (twolevel)                          (slot: also XCCL_SLOT_MAX)
 //   broadcast       direct                  chain       XCCL_BROADCAST_DIRECT_MAX
 //   reduce          direct                  chain       XCCL_REDUCE_DIRECT_MAX
 //   allgather       direct                  ring        XCCL_ALLGATHER_DIRECT_MAX (output)
@@ -92,12 +93,20 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
     const size_t size =
         args.type == CollType::kAllReduce || args.type == CollType::kReduce ? bytes : all;
     if (args.type == CollType::kReduceScatterv) return {"ordered"};
+    if (args.type == CollType::kAllReduce && bytes <= algo::slotMaxBytes()) {
+      return {"slot", "direct", "ordered"};
+    }
     return bySize(size, small, "direct", "ordered");
   }
   switch (args.type) {
     case CollType::kAllReduce: {
       const auto& hosts = ex.hosts();
       const bool multiHost = hosts.size() > 1;
+      // One host, host memory: the slots (declines otherwise).
+      if (bytes <= algo::slotMaxBytes() && !multiHost &&
+          bytes <= static_cast<size_t>(t.allreduceDirectMax)) {
+        return {"slot", "recdoubling", "direct", "ring"};
+      }
       if (bytes <= static_cast<size_t>(t.allreduceDirectMax)) {
         if (ex.nranks() >= t.recdoublingMinRanks) return {"recdoubling", "direct", "ring"};
         if (multiHost && static_cast<int64_t>(hosts.size()) >= t.twolevelMinHosts) {

@@ -285,6 +285,7 @@ void Comm::fail(xcclResult_t code, const std::string& msg) {
   noteUnconnected(msg);
   // Peers blocked on us see the closure at once instead of waiting for their timeout.
   closeConnections();
+  if (exchange_) exchange_->markSlotsFailed(msg);
 }
 
 void Comm::progressLoop() {
