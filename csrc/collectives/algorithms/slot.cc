@@ -166,47 +166,57 @@ void setUp(Exchange& ex, SlotArea& area) {
   }
 }
 
-const char* sigText(uint32_t type, uint32_t dtype, uint32_t op, uint64_t count) {
-  thread_local std::string s;
-  s = strCat(collName(static_cast<CollType>(type)), "(",
-             xcclTypeName(static_cast<xcclDataType_t>(dtype)), ", ", count, ", ",
-             xcclOpName(static_cast<xcclRedOp_t>(op)), ")");
-  return s.c_str();
+std::string sigText(uint32_t type, uint32_t dtype, uint32_t op, uint64_t count) {
+  return strCat(collName(static_cast<CollType>(type)), "(",
+                xcclTypeName(static_cast<xcclDataType_t>(dtype)), ", ", count, ", ",
+                xcclOpName(static_cast<xcclRedOp_t>(op)), ")");
 }
 
 // Waits until `peer`'s half shows this call, then checks that it is the same call.
 void waitFor(Exchange& ex, const SlotArea& area, int peer, uint64_t call, const Header& mine) {
   const Header* h = area.header(peer, call);
   uint64_t seen = h->seq.load(std::memory_order_acquire);
+  auto published = [&] {
+    seen = h->seq.load(std::memory_order_acquire);
+    return seen == call;
+  };
   if (seen != call) {
     Backoff backoff(ex.yieldWhenIdle());
     Clock::time_point lastLive = Clock::now();
     for (uint32_t polls = 1;; ++polls) {
       _mm_pause();
-      seen = h->seq.load(std::memory_order_acquire);
-      if (seen == call) break;
+      if (published()) break;
       backoff.idle();
       // The checks cost more than a poll: every 256 polls while spinning, every 8 once
       // napping (a nap is tens of microseconds).
       if ((polls & (backoff.napping() ? 7 : 255)) != 0) continue;
-      const char* what = sigText(mine.type, mine.dtype, mine.op, mine.count);
-      if (area.control(peer)->failed.load(std::memory_order_acquire) == 1) {
-        const Control* c = area.control(peer);
-        const std::string why(c->why, strnlen(c->why, sizeof(c->why)));
-        throw RemoteError(strCat("rank ", ex.rank(), ": rank ", peer, " failed before it reached ",
-                                 what, " (slot call ", call, "): ", why));
-      }
+      const std::string what = sigText(mine.type, mine.dtype, mine.op, mine.count);
       if (ex.aborted()) {
         throw InvalidUsage(strCat("rank ", ex.rank(), ": communicator aborted during ", what));
       }
-      ex.checkQuietPeer(peer);
-      const Clock::time_point now = Clock::now();
-      if (now - lastLive >= std::chrono::milliseconds(2)) {  // a syscall: every 2 ms
-        lastLive = now;
-        if (processDead(area.pids[peer])) {
-          throw RemoteError(strCat("rank ", ex.rank(), ": rank ", peer, " (pid ", area.pids[peer],
-                                   ") died before it reached ", what, " (slot call ", call, ")"));
+      // A sign of trouble from the peer counts only if its word still does not show this
+      // call: a peer that published it may since have finished it and moved on (the next
+      // operation's frames, a later failure, its exit) while this rank napped.
+      try {
+        if (area.control(peer)->failed.load(std::memory_order_acquire) == 1) {
+          const Control* c = area.control(peer);
+          const std::string why(c->why, strnlen(c->why, sizeof(c->why)));
+          throw RemoteError(strCat("rank ", ex.rank(), ": rank ", peer,
+                                   " failed before it reached ", what, " (slot call ", call,
+                                   "): ", why));
         }
+        ex.checkQuietPeer(peer);
+        const Clock::time_point now = Clock::now();
+        if (now - lastLive >= std::chrono::milliseconds(2)) {  // a syscall: every 2 ms
+          lastLive = now;
+          if (processDead(area.pids[peer])) {
+            throw RemoteError(strCat("rank ", ex.rank(), ": rank ", peer, " (pid ", area.pids[peer],
+                                     ") died before it reached ", what, " (slot call ", call, ")"));
+          }
+        }
+      } catch (const Error&) {
+        if (published()) break;
+        throw;
       }
       if (ex.deadline().expired()) {
         throw Timeout(strCat("rank ", ex.rank(), ": ", what, " waited ", ex.deadline().budgetMs(),
