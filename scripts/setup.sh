@@ -20,6 +20,8 @@ command -v clang-format >/dev/null || need_apt+=(clang-format)  # scripts/lint.s
 command -v clang-tidy >/dev/null || need_apt+=(clang-tidy)  # scripts/tidy.py, in CI's lint
 command -v mpirun.openmpi >/dev/null || need_apt+=(openmpi-bin)  # launcher/mpi/run.sh under test
 command -v chromium >/dev/null || need_apt+=(chromium)  # tests/python/test_browser.py (headless)
+# the libfabric network plugin (csrc/net_libfabric) and its tests
+[ -f /usr/include/rdma/fabric.h ] && command -v pkg-config >/dev/null || need_apt+=(libfabric-dev pkg-config)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
