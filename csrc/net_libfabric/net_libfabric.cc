@@ -45,18 +45,20 @@ Comm* asComm(void* p, uint32_t magic) {
 
 // Forgets a communicator: its posted requests are abandoned (cancelled where libfabric can,
 // and freed whenever libfabric reports them), so a close never waits for the peer.
-void dropComm(Device* dev, Comm* c) {
-  for (Request* r : c->pending) {
-    r->owner = nullptr;
-    r->userDone = true;
-    if (r->cqDone) {
-      freeRequest(r);
-    } else {
-      // Only posted receives can be cancelled in general; a send's bytes are the provider's
-      // until it completes (it only reads them).
-      fi_cancel(&dev->ep->fid, &r->ctx);
-    }
+void abandonRequest(Device* dev, Request* r) {
+  r->owner = nullptr;
+  r->userDone = true;
+  if (r->cqDone) {
+    freeRequest(r);
+  } else {
+    // Only posted receives can be cancelled in general; a send's bytes are the provider's
+    // until it completes (it only reads them).
+    fi_cancel(&dev->ep->fid, &r->ctx);
   }
+}
+
+void dropComm(Device* dev, Comm* c) {
+  for (Request* r : c->pending) abandonRequest(dev, r);
   c->pending.clear();
   dev->comms.erase(c);
   c->magic = kDeadMagic;
@@ -461,16 +463,7 @@ xcclResult_t lfCloseListen(void* listenComm) {
   std::lock_guard<std::mutex> lock(gMu);
   Comm* l = asComm(listenComm, kListenMagic);
   if (l == nullptr || gDev == nullptr) return xcclInvalidArgument;
-  if (l->ctrlRecv != nullptr) {
-    Request* r = l->ctrlRecv;
-    r->owner = nullptr;
-    r->userDone = true;
-    if (r->cqDone) {
-      freeRequest(r);
-    } else {
-      fi_cancel(&gDev->ep->fid, &r->ctx);
-    }
-  }
+  if (l->ctrlRecv != nullptr) abandonRequest(gDev, l->ctrlRecv);
   l->magic = kDeadMagic;
   delete l;
   progress(gDev);

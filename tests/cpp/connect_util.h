@@ -7,9 +7,12 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/device/device.h"
+#include "common/error.h"
+#include "test_util.h"
 
 namespace xccl_test {
 
@@ -26,6 +29,26 @@ inline xccl::PeerSetup connectEveryPeer(xccl::Store& store, int rank, int nranks
   store.set("test/connected/" + std::to_string(rank), "1");
   for (int p = 0; p < nranks; ++p) store.get("test/connected/" + std::to_string(p), deadline);
   return s;
+}
+
+// Two ranks (threads) holding different secrets try to connect (connectEveryPeer, waiting up
+// to deadlineMs); the error each saw, "" for a rank that connected.
+inline std::vector<std::string> connectWithDifferentSecrets(xccl::Store& store,
+                                                            int64_t deadlineMs) {
+  std::atomic<bool> abortFlag{false};
+  std::vector<std::string> errors(2);
+  runThreads(
+      2,
+      [&](int rank) {
+        try {
+          connectEveryPeer(store, rank, 2, rank == 0 ? "secret-a" : "secret-b", xccl::getDevice(-1),
+                           xccl::Deadline::after(deadlineMs), abortFlag);
+        } catch (const xccl::Error& e) {
+          errors[rank] = e.what();
+        }
+      },
+      60);
+  return errors;
 }
 
 }  // namespace xccl_test

@@ -304,19 +304,7 @@ TEST(Connect, MissingPeerTimesOutAndAbortStopsTheWait) {
 
 TEST(Connect, ShmSecretMismatchIsRefused) {
   auto store = xccl::makeMemoryStore();
-  std::atomic<bool> abortFlag{false};
-  std::string errors[2];
-  xccl_test::runThreads(
-      2,
-      [&](int rank) {
-        try {
-          xccl_test::connectEveryPeer(*store, rank, 2, rank == 0 ? "secret-a" : "secret-b",
-                                      xccl::getDevice(-1), Deadline::after(10000), abortFlag);
-        } catch (const xccl::Error& e) {
-          errors[rank] = e.what();
-        }
-      },
-      60);
+  const std::vector<std::string> errors = xccl_test::connectWithDifferentSecrets(*store, 10000);
   // Whoever maps first refuses on the secret; the other may instead find the ring
   // already gone (its owner failed and closed it). Neither may connect.
   EXPECT_FALSE(errors[0].empty());

@@ -109,19 +109,7 @@ TEST(NetPlugin, AWrongSecretIsRefused) {
   xccl_test::ScopedEnv plugin("XCCL_NET_PLUGIN", "socket");
   xccl_test::ScopedEnv noShm("XCCL_SHM_DISABLE", "1");
   auto store = xccl::makeMemoryStore();
-  std::atomic<bool> abortFlag{false};
-  std::string errors[2];
-  xccl_test::runThreads(
-      2,
-      [&](int rank) {
-        try {
-          xccl::connectPeers(*store, rank, 2, rank == 0 ? "secret-a" : "secret-b",
-                             xccl::getDevice(-1), Deadline::after(3000), abortFlag);
-        } catch (const xccl::Error& e) {
-          errors[rank] = e.what();
-        }
-      },
-      60);
+  const std::vector<std::string> errors = xccl_test::connectWithDifferentSecrets(*store, 3000);
   for (const std::string& e : errors) {
     EXPECT_NE(e.find("pairs not made"), std::string::npos) << e;
   }

@@ -182,6 +182,20 @@ xcclResult_t listen(int dev, void* handle, void** listenComm) {
   }
 }
 
+// A connected socket becomes a communicator (either direction).
+xcclResult_t adopt(int fd, void** comm) {
+  try {
+    setNonblockingNoDelay(fd);
+  } catch (const Error&) {
+    ::close(fd);
+    return xcclSystemError;
+  }
+  auto* c = new Comm;
+  c->fd.reset(fd);
+  *comm = c;
+  return xcclSuccess;
+}
+
 xcclResult_t connect(int dev, const void* handle, void** sendComm) {
   if (dev != 0 || handle == nullptr || sendComm == nullptr) return xcclInvalidArgument;
   *sendComm = nullptr;
@@ -231,16 +245,7 @@ xcclResult_t connect(int dev, const void* handle, void** sendComm) {
     if (logger) logger(XCCL_NET_LOG_WARN, "connect: %s", strerror(err));
     return err == ECONNREFUSED || err == ECONNRESET ? xcclRemoteError : xcclSystemError;
   }
-  try {
-    setNonblockingNoDelay(fd);
-  } catch (const Error&) {
-    ::close(fd);
-    return xcclSystemError;
-  }
-  auto* c = new Comm;
-  c->fd.reset(fd);
-  *sendComm = c;
-  return xcclSuccess;
+  return adopt(fd, sendComm);
 }
 
 xcclResult_t accept(void* listenComm, void** recvComm) {
@@ -254,16 +259,7 @@ xcclResult_t accept(void* listenComm, void** recvComm) {
     }
     return xcclSystemError;
   }
-  try {
-    setNonblockingNoDelay(fd);
-  } catch (const Error&) {
-    ::close(fd);
-    return xcclSystemError;
-  }
-  auto* c = new Comm;
-  c->fd.reset(fd);
-  *recvComm = c;
-  return xcclSuccess;
+  return adopt(fd, recvComm);
 }
 
 // Sockets read and write any host memory: a token stands for the registration.
