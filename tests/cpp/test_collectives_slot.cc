@@ -65,7 +65,7 @@ TEST(Slot, ADisagreementAfterTheSlotsAreMadeFailsEveryRankNamingBoth) {
     world.run([&](int rank, xcclComm_t comm) {
       firstSlotCall(rank, 3, comm);
       const bool differs = rank == 2;
-      Buf in(xcclFloat32, 64), out(xcclFloat32, 64);
+      Buf in(xcclFloat32, 65), out(xcclFloat32, 65);  // room for the differing count
       in.fill(1);
       const auto t0 = Clock::now();
       xcclResult_t r;

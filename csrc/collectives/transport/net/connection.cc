@@ -105,7 +105,17 @@ class NetConnection final : public Connection {
     return n;
   }
 
-  void commitSend(size_t bytes) override { committed_ += bytes; }
+  // Posted at once, as TCP flushes on commit: a peer must not wait for this rank's next pass.
+  void commitSend(size_t bytes) override {
+    committed_ += bytes;
+    if (gone_.empty()) {
+      try {
+        postSends();
+      } catch (const RemoteError& e) {
+        gone_ = e.what();
+      }
+    }
+  }
 
   size_t peekRecv(const void** window) override {
     for (;;) {
@@ -155,19 +165,7 @@ class NetConnection final : public Connection {
         sends_.pop_front();
         moved = true;
       }
-      while (posted_ < committed_ && static_cast<int>(sends_.size()) < kMaxSendsInFlight) {
-        const size_t off = static_cast<size_t>(posted_ % ringBytes_);
-        const size_t n = std::min<size_t>({committed_ - posted_, chunk_, ringBytes_ - off});
-        void* req = nullptr;
-        if (!call(net_->isend(sendComm_, sring_ + off, n, sendMr_, &req), "isend") ||
-            req == nullptr) {
-          break;
-        }
-        sends_.push_back({req, n});
-        posted_ += n;
-        ++messagesSent_;
-        moved = true;
-      }
+      moved |= postSends();
       // Receives: the slots complete in order; post again those read (or refused before).
       for (size_t k = 0; k < nslots_; ++k) {
         Slot& s = slots_[(head_ + k) % nslots_];
@@ -229,6 +227,26 @@ class NetConnection final : public Connection {
     void* req;
     size_t bytes;
   };
+
+  // Posts what was committed and not yet posted (messages of at most a chunk, never across
+  // the ring's end, a bounded number in flight). Whether anything was posted.
+  bool postSends() {
+    bool posted = false;
+    while (posted_ < committed_ && static_cast<int>(sends_.size()) < kMaxSendsInFlight) {
+      const size_t off = static_cast<size_t>(posted_ % ringBytes_);
+      const size_t n = std::min<size_t>({committed_ - posted_, chunk_, ringBytes_ - off});
+      void* req = nullptr;
+      if (!call(net_->isend(sendComm_, sring_ + off, n, sendMr_, &req), "isend") ||
+          req == nullptr) {
+        break;
+      }
+      sends_.push_back({req, n});
+      posted_ += n;
+      ++messagesSent_;
+      posted = true;
+    }
+    return posted;
+  }
 
   // A plugin result: true on success; a remote failure is recorded (the peer is gone for
   // this pair); anything else is this side's fault and thrown.

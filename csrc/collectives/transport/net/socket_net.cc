@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,16 +87,25 @@ xcclResult_t progress(Comm* c) {
     Request* r = c->queue.front();
     const int fd = c->fd.get();
     if (r->send) {
+      // The length and the bytes in one call: one segment for a small message, not two.
       while (r->header < 8 || r->moved < r->size) {
-        const unsigned char* p = r->header < 8 ? r->hdr + r->header : r->data + r->moved;
-        const size_t left = r->header < 8 ? 8 - r->header : r->size - r->moved;
-        const ssize_t n = ::send(fd, p, left, MSG_NOSIGNAL);
+        iovec iov[2];
+        int parts = 0;
+        if (r->header < 8) iov[parts++] = {r->hdr + r->header, 8 - r->header};
+        if (r->moved < r->size) iov[parts++] = {r->data + r->moved, r->size - r->moved};
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = static_cast<size_t>(parts);
+        const ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
         if (n < 0) {
           if (errno == EAGAIN || errno == EWOULDBLOCK) return xcclSuccess;
           if (errno == EINTR) continue;
           return fail(c, strCat("send to ", peerAddrOf(fd), ": ", strerror(errno)));
         }
-        (r->header < 8 ? r->header : r->moved) += static_cast<size_t>(n);
+        size_t sent = static_cast<size_t>(n);
+        const size_t ofHeader = std::min(sent, 8 - r->header);
+        r->header += ofHeader;
+        r->moved += sent - ofHeader;
       }
     } else {
       while (r->header < 8 || r->moved < r->length) {
