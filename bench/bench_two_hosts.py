@@ -4,8 +4,10 @@ through network plugins: the built-in socket table, libfabric) vs gloo vs iperf3
 each side's egress; netem, for delay, is not in every kernel: this machine's lacks it). Root
 only.
 
-One rank per host, so every byte crosses the link (TCP). Per size the median of a few timed
-calls, each to completion, the systems alternated round by round; busbw = bytes x 2(n-1)/n / time = bytes / time for 2 ranks, the
+One rank per host, so every byte crosses the link (TCP). Per size, turns in which every
+system makes one call (each to completion, after a barrier), the order rotating turn by turn;
+the median of each system's calls, and the median of each call's ratio to the xccl_1sock call
+of its turn (single calls here spread by +-30 %, pairs much less); busbw = bytes x 2(n-1)/n / time = bytes / time for 2 ranks, the
 same unit as iperf3's goodput. iperf3 -P 4 (four flows, as the multi-socket transport uses)
 and -P 1 are measured on the same link just before.
 
@@ -38,28 +40,37 @@ for n in (1, 4):
     os.environ["XCCL_NSOCKS"] = str(n)
     groups[f"xccl_{n}sock"] = dist.new_group(backend="xccl")
 os.environ["XCCL_NSOCKS"] = "1"
+# the same system twice: how far two identical systems differ by this method (its floor)
+groups["xccl_1sock_again"] = dist.new_group(backend="xccl")
 for plugin in json.loads(sys.argv[2]):
     os.environ["XCCL_NET_PLUGIN"] = plugin
     groups[f"xccl_net_{plugin}"] = dist.new_group(backend="xccl")
 groups["gloo"] = dist.group.WORLD
-out = {}
+out, ratios = {}, {}
+names = list(groups)
 for nbytes in json.loads(sys.argv[1]):
     t = torch.ones(max(1, nbytes // 4))
-    iters = 20 if nbytes < (1 << 20) else 5 if nbytes <= (1 << 20) else 3
-    times = {name: [] for name in groups}
-    for name, g in groups.items():
+    calls = int(os.environ.get("BENCH_CALLS", "0")) or (200 if nbytes < (1 << 20) else 60)
+    times = {name: [] for name in names}
+    for g in groups.values():
         dist.all_reduce(t, group=g)  # warm-up (and connection set-up)
-    for _ in range(3):  # rounds: every system in turn, so a slow spell hits them all
-        for name, g in groups.items():
-            for _ in range(iters):
-                dist.barrier(group=groups["gloo"])
-                t0 = time.perf_counter()
-                dist.all_reduce(t, group=g)
-                times[name].append(time.perf_counter() - t0)
-    for name in groups:
+    # Every system once per turn, the order rotating: a slow spell of this shared machine
+    # (two cores for two ranks and the kernel's network work) lands on all of them alike,
+    # and each call has a partner from the same turn to be compared with.
+    for i in range(calls):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            dist.barrier(group=groups["gloo"])
+            t0 = time.perf_counter()
+            dist.all_reduce(t, group=groups[name])
+            times[name].append(time.perf_counter() - t0)
+    for name in names:
         out.setdefault(name, {})[nbytes] = statistics.median(times[name])
+        r = sorted(b / a for a, b in zip(times["xccl_1sock"], times[name]))
+        ratios.setdefault(name, {})[nbytes] = [r[len(r) // 4], statistics.median(r),
+                                               r[3 * len(r) // 4]]
 if rank == 0:
-    print("RESULT " + json.dumps(out), flush=True)
+    print("RESULT " + json.dumps({"median_s": out, "ratio": ratios}), flush=True)
 dist.destroy_process_group()
 """
 
@@ -129,16 +140,22 @@ def main():
     shape = f"tc tbf rate {a.rate} each way" if a.rate else "bare veth"
     print(f"# two hosts (network namespaces + veth), {shape}; 1 rank per host, float32 allreduce")
     print(f"# iperf3 -P 1: {link['iperf3_P1']:.3f} GB/s   iperf3 -P 4: {link['iperf3_P4']:.3f} GB/s")
-    print(f"{'size':>8} " + " ".join(f"{n + ' ms':>14} {'GB/s':>7}" for n in res))
+    med, ratio = res["median_s"], res["ratio"]
+    print(f"{'size':>8} " + " ".join(f"{n + ' ms':>14} {'GB/s':>7}" for n in med))
     for nbytes in SIZES:
         cells = []
-        for name in res:
-            t = res[name][str(nbytes)] if str(nbytes) in res[name] else res[name][nbytes]
+        for name in med:
+            t = med[name][str(nbytes)]
             cells.append(f"{t * 1e3:14.3f} {nbytes / t / 1e9:7.3f}")
         print(f"{nbytes:>8} " + " ".join(cells))
+    print("# each call / the xccl_1sock call of its turn: median [quartiles]")
+    for nbytes in SIZES:
+        cells = [f"{n} {r[1]:.3f} [{r[0]:.2f}-{r[2]:.2f}]"
+                 for n, r in ((n, ratio[n][str(nbytes)]) for n in ratio) if n != "xccl_1sock"]
+        print(f"{nbytes:>8}  " + "  ".join(cells))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"shape": shape, "link": link, "allreduce_s": res}, f, indent=1)
+            json.dump({"shape": shape, "link": link, "allreduce_s": med, "ratio_to_xccl_1sock": ratio}, f, indent=1)
 
 
 if __name__ == "__main__":

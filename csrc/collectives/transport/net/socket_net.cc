@@ -58,6 +58,9 @@ struct Comm {
   std::deque<Request*> queue;       // posted, not complete, in order
   std::vector<Request*> completed;  // complete, not yet reported by test()
   std::string broken;               // why the socket is unusable ("" while fine)
+  // Receives: bytes a read brought beyond the request it was for (the next messages' start).
+  unsigned char carry[4096];
+  size_t carryOff = 0, carryLen = 0;
   ~Comm() {
     for (Request* r : queue) delete r;
     for (Request* r : completed) delete r;
@@ -81,57 +84,111 @@ xcclResult_t fail(Comm* c, const std::string& why) {
 }
 
 // Moves as many bytes as the socket takes for the head requests, in order.
+// Moves the head send's bytes; *drained: the socket took less than offered (its buffer is
+// full: another call now would only answer EAGAIN), and no more calls are made.
+xcclResult_t moveSend(Comm* c, Request* r, bool* drained) {
+  const int fd = c->fd.get();
+  while (!*drained && (r->header < 8 || r->moved < r->size)) {
+    iovec iov[2];
+    int parts = 0;
+    if (r->header < 8) iov[parts++] = {r->hdr + r->header, 8 - r->header};
+    if (r->moved < r->size) iov[parts++] = {r->data + r->moved, r->size - r->moved};
+    size_t offered = 0;
+    for (int i = 0; i < parts; ++i) offered += iov[i].iov_len;
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = static_cast<size_t>(parts);
+    const ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return fail(c, strCat("send to ", peerAddrOf(fd), ": ", strerror(errno)));
+      }
+      *drained = true;
+      break;
+    }
+    const size_t sent = static_cast<size_t>(n);
+    const size_t ofHeader = std::min(sent, 8 - r->header);
+    r->header += ofHeader;
+    r->moved += sent - ofHeader;
+    *drained = sent < offered;
+  }
+  return xcclSuccess;
+}
+
+// Up to `want` bytes out of the carry (what a read brought beyond the request it was for).
+size_t fromCarry(Comm* c, unsigned char* to, size_t want) {
+  const size_t n = std::min(want, c->carryLen);
+  if (n == 0) return 0;
+  memcpy(to, c->carry + c->carryOff, n);
+  c->carryOff += n;
+  c->carryLen -= n;
+  return n;
+}
+
+// A receive's header is in: its message's length, which must fit the receive's room.
+bool lengthKnown(Comm* c, Request* r, int fd) {
+  r->length = getU64(r->hdr);
+  if (r->length <= r->size) return true;
+  fail(c, strCat("a message of ", r->length, " B from ", peerAddrOf(fd), " for a receive of ",
+                 r->size, " B"));
+  return false;
+}
+
+// Moves the head receive's bytes: first from the carry, then from the socket, each read also
+// filling the carry with whatever follows. A header is thus read with the start of its payload,
+// and a stream of small messages costs one call for several. *drained: the socket had fewer
+// bytes than asked for (another call now would only answer EAGAIN), and no more calls are made.
+xcclResult_t moveRecv(Comm* c, Request* r, bool* drained) {
+  const int fd = c->fd.get();
+  for (;;) {
+    if (r->header < 8) {
+      r->header += fromCarry(c, r->hdr + r->header, 8 - r->header);
+      if (r->header == 8 && !lengthKnown(c, r, fd)) return xcclRemoteError;
+    }
+    if (r->header == 8) r->moved += fromCarry(c, r->data + r->moved, r->length - r->moved);
+    if ((r->header == 8 && r->moved == r->length) || *drained) return xcclSuccess;
+    // The carry is empty: read what this request still needs, and what follows into the carry.
+    c->carryOff = 0;
+    iovec iov[2];
+    iov[0] = r->header < 8 ? iovec{r->hdr + r->header, 8 - r->header}
+                           : iovec{r->data + r->moved, r->length - r->moved};
+    iov[1] = {c->carry, sizeof(c->carry)};
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 2;
+    const ssize_t n = ::recvmsg(fd, &mh, 0);
+    if (n == 0) return fail(c, strCat("the peer at ", peerAddrOf(fd), " closed the pair"));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return fail(c, strCat("receive from ", peerAddrOf(fd), ": ", strerror(errno)));
+      }
+      *drained = true;
+      return xcclSuccess;
+    }
+    const size_t got = static_cast<size_t>(n);
+    const size_t first = std::min(got, iov[0].iov_len);
+    if (r->header < 8) {
+      r->header += first;
+      if (r->header == 8 && !lengthKnown(c, r, fd)) return xcclRemoteError;
+    } else {
+      r->moved += first;
+    }
+    c->carryLen = got - first;
+    *drained = got < iov[0].iov_len + iov[1].iov_len;
+  }
+}
+
+// Moves the queue's requests in order as far as the socket allows, completing them.
 xcclResult_t progress(Comm* c) {
+  bool drained = false;
   while (!c->queue.empty()) {
     if (!c->broken.empty()) return xcclRemoteError;
     Request* r = c->queue.front();
-    const int fd = c->fd.get();
-    if (r->send) {
-      // The length and the bytes in one call: one segment for a small message, not two.
-      while (r->header < 8 || r->moved < r->size) {
-        iovec iov[2];
-        int parts = 0;
-        if (r->header < 8) iov[parts++] = {r->hdr + r->header, 8 - r->header};
-        if (r->moved < r->size) iov[parts++] = {r->data + r->moved, r->size - r->moved};
-        msghdr mh{};
-        mh.msg_iov = iov;
-        mh.msg_iovlen = static_cast<size_t>(parts);
-        const ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK) return xcclSuccess;
-          if (errno == EINTR) continue;
-          return fail(c, strCat("send to ", peerAddrOf(fd), ": ", strerror(errno)));
-        }
-        size_t sent = static_cast<size_t>(n);
-        const size_t ofHeader = std::min(sent, 8 - r->header);
-        r->header += ofHeader;
-        r->moved += sent - ofHeader;
-      }
-    } else {
-      while (r->header < 8 || r->moved < r->length) {
-        unsigned char* p = r->header < 8 ? r->hdr + r->header : r->data + r->moved;
-        const size_t left = r->header < 8 ? 8 - r->header : r->length - r->moved;
-        const ssize_t n = ::recv(fd, p, left, 0);
-        if (n == 0) return fail(c, strCat("the peer at ", peerAddrOf(fd), " closed the pair"));
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK) return xcclSuccess;
-          if (errno == EINTR) continue;
-          return fail(c, strCat("receive from ", peerAddrOf(fd), ": ", strerror(errno)));
-        }
-        if (r->header < 8) {
-          r->header += static_cast<size_t>(n);
-          if (r->header == 8) {
-            r->length = getU64(r->hdr);
-            if (r->length > r->size) {
-              return fail(c, strCat("a message of ", r->length, " B from ", peerAddrOf(fd),
-                                    " for a receive of ", r->size, " B"));
-            }
-          }
-        } else {
-          r->moved += static_cast<size_t>(n);
-        }
-      }
-    }
+    const xcclResult_t res = r->send ? moveSend(c, r, &drained) : moveRecv(c, r, &drained);
+    if (res != xcclSuccess) return res;
+    if (r->header < 8 || r->moved < (r->send ? r->size : r->length)) return xcclSuccess;
     r->done = true;
     c->queue.pop_front();
     c->completed.push_back(r);
@@ -304,9 +361,12 @@ xcclResult_t post(void* comm, void* data, size_t size, bool send, void** request
     putU64(h, size);
     memcpy(r->hdr, h.data(), 8);
   }
+  const bool head = c->queue.empty();
   c->queue.push_back(r);
   *request = r;
-  progress(c);  // a failure shows in test()
+  // A send goes out at once. A receive behind others waits for them (test() of any of them
+  // moves the queue); one at the head may find its bytes already in. A failure shows in test().
+  if (send || head) progress(c);
   return xcclSuccess;
 }
 
