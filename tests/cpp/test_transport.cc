@@ -17,7 +17,6 @@
 #include "collectives/bootstrap/bootstrap_internal.h"
 #include "collectives/transport/tcp/socket.h"
 #include "common/auth.h"
-#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/sha256.h"
 #include "test_util.h"
@@ -397,44 +396,6 @@ std::string hex(const std::array<uint8_t, 32>& d) {
 
 // FIPS 180-2 appendix B and RFC 4231 (HMAC-SHA256 test cases 1, 2, 6: short key, short key
 // with short text, key longer than a block).
-// RFC 3720 (iSCSI), appendix B.4, and the common check value of "123456789"; extending in
-// pieces of any size gives the same value as the whole.
-TEST(Crc32c, KnownAnswersAndPieces) {
-  std::vector<unsigned char> zeros(32, 0), ones(32, 0xFF), up(32), down(32);
-  for (int i = 0; i < 32; ++i) {
-    up[i] = static_cast<unsigned char>(i);
-    down[i] = static_cast<unsigned char>(31 - i);
-  }
-  EXPECT_EQ(xccl::crc32cExtend(0, zeros.data(), 32), 0x8A9136AAu);
-  EXPECT_EQ(xccl::crc32cExtend(0, ones.data(), 32), 0x62A8AB43u);
-  EXPECT_EQ(xccl::crc32cExtend(0, up.data(), 32), 0x46DD794Eu);
-  EXPECT_EQ(xccl::crc32cExtend(0, down.data(), 32), 0x113FDB5Cu);
-  EXPECT_EQ(xccl::crc32cExtend(0, "123456789", 9), 0xE3069283u);
-  EXPECT_EQ(xccl::crc32cExtend(0, "", 0), 0u);
-  std::vector<unsigned char> big(100003);
-  for (size_t i = 0; i < big.size(); ++i)
-    big[i] = static_cast<unsigned char>(i * 2654435761u >> 13);
-  const uint32_t whole = xccl::crc32cExtend(0, big.data(), big.size());
-  for (size_t piece : {1, 7, 64, 4093}) {
-    uint32_t c = 0;
-    for (size_t at = 0; at < big.size(); at += piece) {
-      c = xccl::crc32cExtend(c, big.data() + at, std::min(piece, big.size() - at));
-    }
-    EXPECT_EQ(c, whole) << piece;
-  }
-  EXPECT_EQ(xccl::crc32cSoftware(0, big.data(), big.size()), whole) << "table vs instruction";
-  for (size_t n : {size_t{5}, size_t{3071}, size_t{3072}, size_t{65537}, big.size()}) {
-    std::vector<unsigned char> copy(n + 1, 0xEE);
-    EXPECT_EQ(xccl::crc32cCopy(7, copy.data(), big.data(), n), xccl::crc32cExtend(7, big.data(), n))
-        << n;
-    EXPECT_EQ(std::memcmp(copy.data(), big.data(), n), 0) << n;
-    EXPECT_EQ(copy[n], 0xEE) << "nothing past the end";
-  }
-  EXPECT_EQ(xccl::crc32cSoftware(0, "123456789", 9), 0xE3069283u);
-  big[50000] ^= 0x10;
-  EXPECT_NE(xccl::crc32cExtend(0, big.data(), big.size()), whole);
-}
-
 TEST(Sha256, KnownAnswers) {
   EXPECT_EQ(hex(xccl::sha256("abc", 3)),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

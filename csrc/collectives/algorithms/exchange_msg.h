@@ -43,7 +43,7 @@ struct PendingMsg {
   const char* peerSrc = nullptr;  // receive: the sender's buffer, mapped here
   int* opLeft = nullptr;     // the count of its operation's unfinished messages (countMessagesIn)
   bool checksummed = false;  // its frame carries a trailer (kFlagChecksum)
-  uint32_t crc = 0;          // CRC-32C of the payload moved so far
+  uint64_t hash = 0;         // the payload hash (common/sum64.h) of the bytes moved so far
 };
 
 }  // namespace xccl

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "collectives/device/device.h"
-#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/sum64.h"
 #include "exchange.h"
 #include "exchange_msg.h"
 #include "frame.h"
@@ -25,9 +25,9 @@
 namespace xccl {
 namespace {
 
-std::string hexU32(uint32_t v) {
-  char b[16];
-  std::snprintf(b, sizeof(b), "0x%08x", v);
+std::string hexU64(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "0x%016llx", static_cast<unsigned long long>(v));
   return b;
 }
 
@@ -107,7 +107,7 @@ bool Exchange::progressSend(int peer) {
     size_t got = c->reserveSendPayload(&win, want);
     if (got == 0) return false;
     if (m.checksummed) {
-      device_.copyHashed(win, m.src + m.done, got, CopyKind::kDeviceToStaging, &m.crc);
+      device_.copyHashed(win, m.src + m.done, got, CopyKind::kDeviceToStaging, m.done, &m.hash);
     } else {
       device_.copy(win, m.src + m.done, got, CopyKind::kDeviceToStaging);
     }
@@ -136,7 +136,7 @@ bool Exchange::progressSend(int peer) {
     if (c->reserveSend(&win, sizeof(FrameTrailer)) < sizeof(FrameTrailer)) return moved;
     FrameTrailer t{};
     t.magic = kTrailerMagic;
-    t.crc = m.crc;
+    t.hash = m.hash;
     t.bytes = m.bytes;
     t.seq = m.seq;
     std::memcpy(win, &t, sizeof(t));
@@ -214,10 +214,10 @@ bool Exchange::progressRecv(int peer) {
     const CopyKind into = streamingStores_ && !m.forwarded ? CopyKind::kStagingToDeviceNoReuse
                                                            : CopyKind::kStagingToDevice;
     if (m.kind == MsgKind::kRecvReduce) {
-      if (m.checksummed) m.crc = crc32cExtend(m.crc, win, n);  // before the reduction reads it
+      if (m.checksummed) m.hash = sum64Extend(m.hash, m.done, win, n);  // before the reduction
       device_.reduce(m.dst + m.done, m.local + m.done, win, n / m.esize, m.dtype, m.op);
     } else if (m.checksummed) {
-      device_.copyHashed(m.dst + m.done, win, n, into, &m.crc);
+      device_.copyHashed(m.dst + m.done, win, n, into, m.done, &m.hash);
     } else {
       device_.copy(m.dst + m.done, win, n, into);
     }
@@ -259,11 +259,11 @@ void Exchange::verifyTrailer(int peer, const PendingMsg& m, const FrameTrailer& 
                              "'s message (", kind, ", sequence ", m.seq, ", ", m.bytes,
                              " bytes) is damaged (XCCL_CHECKSUM=1)"));
   }
-  if (t.crc != m.crc) {
+  if (t.hash != m.hash) {
     throw RemoteError(strCat("rank ", rank_, ": payload from rank ", peer, " over ", kind,
                              " failed its checksum (sequence ", m.seq, ", bytes [0, ", m.bytes,
-                             ") of the message: CRC-32C ", hexU32(m.crc), " arrived, ",
-                             hexU32(t.crc),
+                             ") of the message: hash ", hexU64(m.hash), " arrived, ",
+                             hexU64(t.hash),
                              " sent; XCCL_CHECKSUM=1): corrupted in flight, the "
                              "operation's output is not returned"));
   }

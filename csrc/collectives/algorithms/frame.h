@@ -54,10 +54,11 @@ static_assert(sizeof(FrameHeader) == kFrameAlign, "header is one alignment unit"
 
 struct FrameTrailer {
   uint32_t magic;  // kTrailerMagic
-  uint32_t crc;    // CRC-32C of the payload bytes
+  uint32_t reserved0;
+  uint64_t hash;   // the payload's hash (common/sum64.h)
   uint64_t bytes;  // the payload's size (the header's)
   uint64_t seq;    // the header's sequence number
-  uint64_t reserved[5];
+  uint64_t reserved[4];
 };
 static_assert(sizeof(FrameTrailer) == kFrameAlign, "trailer is one alignment unit");
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "common/crc32c.h"
+#include "common/sum64.h"
 #include "xccl.h"
 
 namespace xccl {
@@ -61,9 +61,10 @@ class Device {
   // copy() that also extends *crc (CRC-32C) over the bytes, for XCCL_CHECKSUM=1. By default
   // the copy, then a pass over the destination, which the host must be able to read; the
   // host device (and xdev, whose memory is host memory) does both in one pass.
-  virtual void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint32_t* crc) {
+  virtual void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint64_t at,
+                          uint64_t* hash) {
     copy(dst, src, bytes, kind);
-    *crc = crc32cExtend(*crc, dst, bytes);
+    *hash = sum64Extend(*hash, at, dst, bytes);
   }
   // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a);
   // b is device memory or registered staging memory. Avg and PremulSum are not reductions

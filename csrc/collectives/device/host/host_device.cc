@@ -129,17 +129,18 @@ void HostDevice::copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   }
 }
 
-// One pass: each word is loaded once, hashed and stored (crc32cCopy), where a copy and a
-// second read of the destination cost twice the cache traffic; at sizes beyond the caches it
-// runs at memcpy's speed. Streaming stores are not used here: the hash reads what it stores.
-void HostDevice::copyHashed(void* dst, const void* src, size_t bytes, CopyKind /*kind*/,
-                            uint32_t* crc) {
+// One pass: each word is loaded once, hashed and stored (sum64Copy), where a copy and a
+// second read of the destination cost twice the cache traffic; with streaming stores where
+// copy() would use them.
+void HostDevice::copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint64_t at,
+                            uint64_t* hash) {
   if (bytes == 0) return;
   if (dst == src) {
-    *crc = crc32cExtend(*crc, src, bytes);
+    *hash = sum64Extend(*hash, at, src, bytes);
     return;
   }
-  *crc = crc32cCopy(*crc, dst, src, bytes);
+  *hash = sum64Copy(*hash, at, dst, src, bytes,
+                    kind == CopyKind::kStagingToDeviceNoReuse && bytes >= 4096);
 }
 
 // The kernels live in the xdev runtime (csrc/xdev/kernels.cc); the host device runs

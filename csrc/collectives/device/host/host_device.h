@@ -24,7 +24,8 @@ class HostDevice : public Device {
   void unregisterStaging(void*) override {}
 
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
-  void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint32_t* crc) override;
+  void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint64_t at,
+                  uint64_t* hash) override;
   void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
               xcclRedOp_t op) override;
   void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
