@@ -75,10 +75,13 @@ struct Listen {
 std::mutex pendingMu;
 std::map<std::string, int> pendingConnects;
 
-xcclResult_t fail(Comm* c, const std::string& why) {
+// The socket is unusable from now on. A peer that closed its end is told at INFO: it is how
+// every pair ends when a communicator is destroyed, and a peer that died mid-operation is
+// named by libxccl's own error; a socket error is a WARN.
+xcclResult_t fail(Comm* c, const std::string& why, xcclNetLogLevel_t level = XCCL_NET_LOG_WARN) {
   if (c->broken.empty()) {
     c->broken = why;
-    if (logger) logger(XCCL_NET_LOG_WARN, "%s", why.c_str());
+    if (logger) logger(level, "%s", why.c_str());
   }
   return xcclRemoteError;
 }
@@ -158,7 +161,9 @@ xcclResult_t moveRecv(Comm* c, Request* r, bool* drained) {
     mh.msg_iov = iov;
     mh.msg_iovlen = 2;
     const ssize_t n = ::recvmsg(fd, &mh, 0);
-    if (n == 0) return fail(c, strCat("the peer at ", peerAddrOf(fd), " closed the pair"));
+    if (n == 0) {
+      return fail(c, strCat("the peer at ", peerAddrOf(fd), " closed the pair"), XCCL_NET_LOG_INFO);
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
