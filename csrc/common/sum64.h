@@ -1,7 +1,7 @@
 // The payload hash of XCCL_CHECKSUM=1 (algorithms/frame.h): two position-aware sums of the
 // message's 32-bit words, built so that hashing while copying costs about what the copy
 // costs (two vector additions per 32 bytes, no multiplication in the loop; CRC-32C's
-// instruction hashes eight bytes per cycle at best, a third of what a copy moves here).
+// instruction hashes eight bytes per cycle at best, half of what a copy moves in cache here).
 //
 // Definition. The message's bytes are read as little-endian 32-bit words w_i (the last one
 // padded with zero bytes); word i sits in lane l = i % 16 of step s = i / 16 (a step is 64
