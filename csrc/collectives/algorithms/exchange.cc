@@ -25,8 +25,8 @@ XCCL_PARAM(SpinUs, "SPIN_US", 50, 0, kKnobMax)
 // device's own threshold, Device::peerReadMinBytes).
 XCCL_PARAM(PeerRead, "PEER_READ", 1, 0, 1)
 XCCL_PARAM(PeerReadMin, "PEER_READ_MIN", 0, 0, kKnobMax)
-// End-to-end payload checksums (frame.h): every message this rank sends carries the CRC-32C
-// of its payload, and every checksummed message it receives is verified before its
+// End-to-end payload checksums (frame.h): every message this rank sends carries a hash
+// (common/sum64.h) of its payload, and every checksummed message it receives is verified before its
 // operation completes. Peer reads are off with it: every payload byte crosses a checked
 // transport (rings, sockets, payload lanes).
 XCCL_PARAM(Checksum, "CHECKSUM", 0, 0, 1)

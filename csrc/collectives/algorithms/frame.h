@@ -10,7 +10,7 @@
 // against corruption. Abort frames carry the failing rank's reason as their payload.
 // Peer-read frames (kFlagPeerRead) carry a reference to the sender's buffer instead of it.
 // Checksummed frames (kFlagChecksum, XCCL_CHECKSUM=1) are followed, after their pad, by a
-// 64-byte trailer with the CRC-32C of the payload as the sender wrote it into the transport.
+// 64-byte trailer with the hash of the payload as the sender wrote it into the transport.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +31,7 @@ constexpr uint16_t kFlagAbort = 2;  // payload: the sender's error text
 // the sender's buffer in place and bumps Connection::peerReadDone(). No pad.
 constexpr uint16_t kFlagPeerRead = 4;
 constexpr size_t kMaxAbortText = 960;  // an abort frame is at most 1 KiB
-// The payload's CRC-32C travels in a trailer after the pad (in the byte stream, where
+// The payload's hash (common/sum64.h) travels in a trailer after the pad (in the byte stream, where
 // headers go): the sender hashes each slice as it copies it into the transport, so a
 // message forwarded slice by slice (sendForward) needs nothing whole.
 constexpr uint16_t kFlagChecksum = 8;
