@@ -59,9 +59,9 @@ class Device {
   // Synchronous copy of `bytes` bytes.
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
   // copy() that also adds the bytes' terms to *hash (common/sum64.h; `at` is their offset in
-  // the message), for XCCL_CHECKSUM=1. By default
-  // the copy, then a pass over the destination, which the host must be able to read; the
-  // host device (and xdev, whose memory is host memory) does both in one pass.
+  // the message), for XCCL_CHECKSUM=1. By default the copy, then a pass over the destination,
+  // which the host must be able to read; the host device (and xdev, whose memory is host
+  // memory) does both in one pass.
   virtual void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint64_t at,
                           uint64_t* hash) {
     copy(dst, src, bytes, kind);
