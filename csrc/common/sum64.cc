@@ -120,6 +120,31 @@ __attribute__((target("avx2"))) void stepsAvx2(Sums& h, uint32_t s0, unsigned ch
 }
 #endif
 
+#if defined(__x86_64__)
+// dst = a + b over `steps` whole steps of floats, hashing b's words as stepsAvx2 does.
+__attribute__((target("avx2"))) void addStepsAvx2(Sums& h, uint32_t s0, float* dst, const float* a,
+                                                  const float* b, size_t steps) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, p0 = a0, p1 = a0;
+  for (size_t t = 0; t < steps; ++t) {
+    const size_t e = t * kLanes;
+    const __m256 y0 = _mm256_loadu_ps(b + e);
+    const __m256 y1 = _mm256_loadu_ps(b + e + 8);
+    _mm256_storeu_ps(dst + e, _mm256_add_ps(_mm256_loadu_ps(a + e), y0));
+    _mm256_storeu_ps(dst + e + 8, _mm256_add_ps(_mm256_loadu_ps(a + e + 8), y1));
+    a0 = _mm256_add_epi32(a0, _mm256_castps_si256(y0));
+    a1 = _mm256_add_epi32(a1, _mm256_castps_si256(y1));
+    p0 = _mm256_add_epi32(p0, a0);
+    p1 = _mm256_add_epi32(p1, a1);
+  }
+  alignas(32) uint32_t sa[kLanes], sp[kLanes];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sa), a0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sa + 8), a1);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sp), p0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sp + 8), p1);
+  fold(h, s0, steps, sa, sp);
+}
+#endif
+
 // The piece's cursor moved past k bytes.
 template <bool kCopy>
 void advance(size_t k, uint64_t& at, const unsigned char*& p, unsigned char*& dst, size_t& n) {
@@ -191,6 +216,37 @@ uint64_t sum64Extend(uint64_t h, uint64_t at, const void* p, size_t n) {
 uint64_t sum64Copy(uint64_t h, uint64_t at, void* dst, const void* src, size_t n, bool streaming) {
   return run<true>(h, at, static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
                    n, streaming);
+}
+
+uint64_t sum64AddFloats(uint64_t h0, uint64_t at, float* dst, const float* a, const float* b,
+                        size_t count) {
+  if (at % 4 != 0) {  // b not at a word boundary of its message: hash, then add
+    h0 = sum64Extend(h0, at, b, count * sizeof(float));
+    for (size_t i = 0; i < count; ++i) dst[i] = a[i] + b[i];
+    return h0;
+  }
+  Sums h = unpack(h0);
+  auto one = [&](size_t i) {
+    uint32_t w;
+    std::memcpy(&w, b + i, 4);
+    addWord(h, at / 4 + i, w);
+    dst[i] = a[i] + b[i];
+  };
+  size_t i = 0;
+  for (; i < count && (at / 4 + i) % kLanes != 0; ++i) one(i);  // up to a step boundary
+  const size_t steps = (count - i) / kLanes;
+  if (steps > 0) {
+    const auto s0 = static_cast<uint32_t>((at / 4 + i) / kLanes);
+#if defined(__x86_64__)
+    if (sum64Vector()) {
+      addStepsAvx2(h, s0, dst + i, a + i, b + i, steps);
+      i += steps * kLanes;
+    }
+#endif
+    (void)s0;
+  }
+  for (; i < count; ++i) one(i);
+  return pack(h);
 }
 
 uint64_t sum64Reference(uint64_t h0, uint64_t at, const void* p, size_t n) {

@@ -33,6 +33,11 @@ uint64_t sum64Extend(uint64_t h, uint64_t at, const void* p, size_t n);
 // the cache (where the vector loop serves and dst is aligned as the message is).
 uint64_t sum64Copy(uint64_t h, uint64_t at, void* dst, const void* src, size_t n,
                    bool streaming = false);
+// dst[i] = a[i] + b[i] for i < count (float32; dst may be a, not b), adding the terms of b's
+// bytes, which start at offset `at` of their message: a reduction that hashes what it
+// received in the pass that reads it. The sums are IEEE single additions, as a plain loop's.
+uint64_t sum64AddFloats(uint64_t h, uint64_t at, float* dst, const float* a, const float* b,
+                        size_t count);
 // The definition, one byte at a time (tests compare the fast paths with it).
 uint64_t sum64Reference(uint64_t h, uint64_t at, const void* p, size_t n);
 // Whether the AVX2 loop serves sum64Extend and sum64Copy here (for logs and benchmarks).

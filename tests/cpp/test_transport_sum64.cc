@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -79,6 +80,34 @@ TEST_P(Sum64Paths, StreamingCopyMatchesTheDefinition) {
     }
   }
   std::free(out);
+}
+
+TEST_P(Sum64Paths, AddingFloatsHashesWhatWasAddedAndAddsAsAPlainLoop) {
+  const auto raw = pattern(4 * 3000, 17);
+  std::vector<float> b(3000), a(3000);
+  std::memcpy(b.data(), raw.data(), raw.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.37f - 100.0f;
+  for (auto& x : b) {
+    if (!std::isfinite(x)) x = 1.5f;  // the pattern's bytes as floats, NaN and inf left out
+  }
+  for (size_t at : {0, 4, 60, 64, 68, 1024, 4096 + 12}) {
+    for (size_t count : {0, 1, 15, 16, 17, 31, 32, 100, 1000, 3000}) {
+      std::vector<float> out(count + 1, -7.0f), inPlace(a.begin(), a.begin() + count);
+      const uint64_t h = xccl::sum64AddFloats(3, at, out.data(), a.data(), b.data(), count);
+      EXPECT_EQ(h, xccl::sum64Reference(3, at, b.data(), count * 4)) << at << " " << count;
+      for (size_t i = 0; i < count; ++i) {
+        const float want = a[i] + b[i];
+        ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << at << " " << count << " " << i;
+      }
+      EXPECT_EQ(out[count], -7.0f) << "nothing past the end";
+      EXPECT_EQ(xccl::sum64AddFloats(3, at, inPlace.data(), inPlace.data(), b.data(), count), h);
+      EXPECT_EQ(std::memcmp(inPlace.data(), out.data(), count * 4), 0) << "dst == a";
+    }
+  }
+  // A piece that starts inside a word of the message: hashed as the definition says.
+  std::vector<float> out(10);
+  EXPECT_EQ(xccl::sum64AddFloats(0, 2, out.data(), a.data(), b.data(), 10),
+            xccl::sum64Reference(0, 2, b.data(), 40));
 }
 
 TEST_P(Sum64Paths, PiecesCutAnywhereAddUpToTheWhole) {

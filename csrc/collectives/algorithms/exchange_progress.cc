@@ -214,8 +214,12 @@ bool Exchange::progressRecv(int peer) {
     const CopyKind into = streamingStores_ && !m.forwarded ? CopyKind::kStagingToDeviceNoReuse
                                                            : CopyKind::kStagingToDevice;
     if (m.kind == MsgKind::kRecvReduce) {
-      if (m.checksummed) m.hash = sum64Extend(m.hash, m.done, win, n);  // before the reduction
-      device_.reduce(m.dst + m.done, m.local + m.done, win, n / m.esize, m.dtype, m.op);
+      if (m.checksummed) {
+        device_.reduceHashed(m.dst + m.done, m.local + m.done, win, n / m.esize, m.dtype, m.op,
+                             m.done, &m.hash);
+      } else {
+        device_.reduce(m.dst + m.done, m.local + m.done, win, n / m.esize, m.dtype, m.op);
+      }
     } else if (m.checksummed) {
       device_.copyHashed(m.dst + m.done, win, n, into, m.done, &m.hash);
     } else {

@@ -52,6 +52,12 @@ bool opSupported(xcclDataType_t dtype, xcclRedOp_t op) {
   }
 }
 
+void Device::reduceHashed(void* dst, const void* a, const void* b, size_t count,
+                          xcclDataType_t dtype, xcclRedOp_t op, uint64_t at, uint64_t* hash) {
+  *hash = sum64Extend(*hash, at, b, count * dtypeSize(dtype));  // before the reduction reads b
+  reduce(dst, a, b, count, dtype, op);
+}
+
 void* Device::openShared(const std::string&, int, size_t) {
   throw InvalidUsage(strCat("device ", name(), " cannot map a peer's shared memory"));
 }

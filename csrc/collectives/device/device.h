@@ -67,6 +67,11 @@ class Device {
     copy(dst, src, bytes, kind);
     *hash = sum64Extend(*hash, at, dst, bytes);
   }
+  // reduce() that also adds b's terms to *hash (`at`: b's offset in its message), for
+  // XCCL_CHECKSUM=1. By default a pass over b, then the reduction; the host device folds the
+  // hash into the reduction's own pass for float32 sums.
+  virtual void reduceHashed(void* dst, const void* a, const void* b, size_t count,
+                            xcclDataType_t dtype, xcclRedOp_t op, uint64_t at, uint64_t* hash);
   // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a);
   // b is device memory or registered staging memory. Avg and PremulSum are not reductions
   // at this level (callers use kSum plus scale()); bitwise ops only for integer types.

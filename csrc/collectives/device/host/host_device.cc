@@ -143,6 +143,18 @@ void HostDevice::copyHashed(void* dst, const void* src, size_t bytes, CopyKind k
                     kind == CopyKind::kStagingToDeviceNoReuse && bytes >= 4096);
 }
 
+// float32 sums, the bulk of gradient traffic, add and hash in one pass (sum64AddFloats); the
+// other types and ops hash, then reduce.
+void HostDevice::reduceHashed(void* dst, const void* a, const void* b, size_t count,
+                              xcclDataType_t dtype, xcclRedOp_t op, uint64_t at, uint64_t* hash) {
+  if (dtype == xcclFloat32 && op == xcclSum) {
+    *hash = sum64AddFloats(*hash, at, static_cast<float*>(dst), static_cast<const float*>(a),
+                           static_cast<const float*>(b), count);
+    return;
+  }
+  Device::reduceHashed(dst, a, b, count, dtype, op, at, hash);
+}
+
 // The kernels live in the xdev runtime (csrc/xdev/kernels.cc); the host device runs
 // them on the calling thread, whose own ordering already makes the operands ready.
 void HostDevice::reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,

@@ -26,6 +26,8 @@ class HostDevice : public Device {
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
   void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint64_t at,
                   uint64_t* hash) override;
+  void reduceHashed(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
+                    xcclRedOp_t op, uint64_t at, uint64_t* hash) override;
   void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
               xcclRedOp_t op) override;
   void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
