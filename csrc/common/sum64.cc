@@ -82,6 +82,17 @@ void stepsScalar(Sums& h, uint32_t s0, unsigned char* dst, const unsigned char* 
 }
 
 #if defined(__x86_64__)
+// fold() of the lanes kept in two vectors each (lanes 0-7, 8-15).
+__attribute__((target("avx2"))) void foldVectors(Sums& h, uint32_t s0, size_t steps, __m256i a0,
+                                                 __m256i a1, __m256i p0, __m256i p1) {
+  alignas(32) uint32_t a[kLanes], p[kLanes];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a), a0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a + 8), a1);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(p), p0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(p + 8), p1);
+  fold(h, s0, steps, a, p);
+}
+
 // kStream: non-temporal stores (dst 16-byte aligned), for a destination not read again soon:
 // its lines are not first read into the cache, nor evict the caller's working set.
 template <bool kCopy, bool kStream>
@@ -111,12 +122,7 @@ __attribute__((target("avx2"))) void stepsAvx2(Sums& h, uint32_t s0, unsigned ch
     p1 = _mm256_add_epi32(p1, a1);
   }
   if (kStream) _mm_sfence();  // weakly ordered stores: published before returning
-  alignas(32) uint32_t a[kLanes], p[kLanes];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(a), a0);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(a + 8), a1);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(p), p0);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(p + 8), p1);
-  fold(h, s0, steps, a, p);
+  foldVectors(h, s0, steps, a0, a1, p0, p1);
 }
 #endif
 
@@ -136,12 +142,7 @@ __attribute__((target("avx2"))) void addStepsAvx2(Sums& h, uint32_t s0, float* d
     p0 = _mm256_add_epi32(p0, a0);
     p1 = _mm256_add_epi32(p1, a1);
   }
-  alignas(32) uint32_t sa[kLanes], sp[kLanes];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sa), a0);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sa + 8), a1);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sp), p0);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sp + 8), p1);
-  fold(h, s0, steps, sa, sp);
+  foldVectors(h, s0, steps, a0, a1, p0, p1);
 }
 #endif
 
