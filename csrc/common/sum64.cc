@@ -235,17 +235,13 @@ uint64_t sum64AddFloats(uint64_t h0, uint64_t at, float* dst, const float* a, co
   };
   size_t i = 0;
   for (; i < count && (at / 4 + i) % kLanes != 0; ++i) one(i);  // up to a step boundary
-  const size_t steps = (count - i) / kLanes;
-  if (steps > 0) {
-    const auto s0 = static_cast<uint32_t>((at / 4 + i) / kLanes);
 #if defined(__x86_64__)
-    if (sum64Vector()) {
-      addStepsAvx2(h, s0, dst + i, a + i, b + i, steps);
-      i += steps * kLanes;
-    }
-#endif
-    (void)s0;
+  const size_t steps = (count - i) / kLanes;
+  if (steps > 0 && sum64Vector()) {  // whole steps; the portable path takes them one by one
+    addStepsAvx2(h, static_cast<uint32_t>((at / 4 + i) / kLanes), dst + i, a + i, b + i, steps);
+    i += steps * kLanes;
   }
+#endif
   for (; i < count; ++i) one(i);
   return pack(h);
 }

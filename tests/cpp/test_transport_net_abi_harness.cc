@@ -84,26 +84,24 @@ xcclResult_t waitReq(const xcclNet_v1_t* net, void* req, size_t* size, double se
   }
 }
 
-void* postSend(const xcclNet_v1_t* net, void* comm, void* data, size_t n, void* mh) {
+// isend or irecv, called again until the table takes the request.
+void* post(const xcclNet_v1_t* net, bool send, void* comm, void* data, size_t n, void* mh) {
   void* req = nullptr;
   spin(
       [&] {
-        WORKER_OK(net->isend(comm, data, n, mh, &req));
+        WORKER_OK(send ? net->isend(comm, data, n, mh, &req) : net->irecv(comm, data, n, mh, &req));
         return req != nullptr;
       },
-      30, "isend to take the request");
+      30, send ? "isend to take the request" : "irecv to take the request");
   return req;
 }
 
+void* postSend(const xcclNet_v1_t* net, void* comm, void* data, size_t n, void* mh) {
+  return post(net, true, comm, data, n, mh);
+}
+
 void* postRecv(const xcclNet_v1_t* net, void* comm, void* data, size_t n, void* mh) {
-  void* req = nullptr;
-  spin(
-      [&] {
-        WORKER_OK(net->irecv(comm, data, n, mh, &req));
-        return req != nullptr;
-      },
-      30, "irecv to take the request");
-  return req;
+  return post(net, false, comm, data, n, mh);
 }
 
 void* regHost(const xcclNet_v1_t* net, void* comm, void* p, size_t n) {

@@ -17,7 +17,6 @@
 #include "collectives/device/device.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "common/sum64.h"
 #include "exchange.h"
 #include "exchange_msg.h"
 #include "frame.h"

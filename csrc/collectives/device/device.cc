@@ -3,6 +3,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/sum64.h"
 #include "dtype.h"
 
 namespace xccl {
@@ -50,6 +51,12 @@ bool opSupported(xcclDataType_t dtype, xcclRedOp_t op) {
     default:
       return false;
   }
+}
+
+void Device::copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint64_t at,
+                        uint64_t* hash) {
+  copy(dst, src, bytes, kind);
+  *hash = sum64Extend(*hash, at, dst, bytes);
 }
 
 void Device::reduceHashed(void* dst, const void* a, const void* b, size_t count,

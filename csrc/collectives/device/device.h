@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "common/sum64.h"
 #include "xccl.h"
 
 namespace xccl {
@@ -63,10 +62,7 @@ class Device {
   // which the host must be able to read; the host device (and xdev, whose memory is host
   // memory) does both in one pass.
   virtual void copyHashed(void* dst, const void* src, size_t bytes, CopyKind kind, uint64_t at,
-                          uint64_t* hash) {
-    copy(dst, src, bytes, kind);
-    *hash = sum64Extend(*hash, at, dst, bytes);
-  }
+                          uint64_t* hash);
   // reduce() that also adds b's terms to *hash (`at`: b's offset in its message), for
   // XCCL_CHECKSUM=1. By default a pass over b, then the reduction; the host device folds the
   // hash into the reduction's own pass for float32 sums.

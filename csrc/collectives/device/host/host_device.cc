@@ -7,6 +7,7 @@
 #endif
 
 #include "common/error.h"
+#include "common/sum64.h"
 #include "xdev_runtime.h"
 
 namespace xccl {
