@@ -7,7 +7,7 @@
 // limit a copy-based transport cannot beat. Prints a table and, with --json FILE, JSON.
 //
 //   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller]
-//              [--xdev | --mem-alloc] [--json out.json]
+//              [--xdev | --mem-alloc] [--put-signal [--xdev]] [--json out.json]
 //
 // Each allreduce is waited for before the next (as a blocking collective): by default it
 // is enqueued for the progress thread and waited with xcclEventRecord + xcclEventWait;
@@ -20,7 +20,9 @@
 // --put-signal measures one-sided puts instead (2 ranks, windows from xcclMemAlloc): a
 // ping-pong where each side puts the message into the other's window with a signal and
 // waits for the answer's signal; time = half a round trip, beside the same ping-pong made
-// of xcclSend/xcclRecv on the caller.
+// of xcclSend/xcclRecv on the caller. With --xdev the windows are xdev memory and every
+// put, wait, send and receive is ordered on the default stream (the waiting side then
+// synchronizes it).
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,18 +160,39 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
 }
 
 // --put-signal: half a ping-pong round trip per size, put/signal and send/recv (us).
+// With onXdev: an xdev communicator, windows in xdev memory, every put, signal wait, send and
+// receive on the default stream, and the waiting side synchronizes the stream after its wait.
 std::vector<Result> runPutSignal(int rank, xcclUniqueId id, const std::vector<size_t>& sizes,
-                                 int iters, std::vector<Result>* sendRecv) {
+                                 int iters, bool onXdev, std::vector<Result>* sendRecv) {
   xcclComm_t comm;
   xcclConfig_t cfg{};
-  cfg.device = -1;
+  cfg.device = onXdev ? rank : -1;
+  cfg.deviceType = onXdev ? xcclDeviceXdev : xcclDeviceHost;
+  if (onXdev && xdevSetDevice(rank) != xdevSuccess) {
+    fprintf(stderr, "xdevSetDevice(%d) failed\n", rank);
+    exit(1);
+  }
   check(xcclCommInitRankConfig(&comm, 2, id, rank, &cfg), "init");
   size_t most = 64;
   for (size_t b : sizes) most = std::max(most, b);
   char *win = nullptr, *src = nullptr;
-  check(xcclMemAlloc(reinterpret_cast<void**>(&win), most), "xcclMemAlloc");
-  check(xcclMemAlloc(reinterpret_cast<void**>(&src), most), "xcclMemAlloc");
-  std::memset(src, rank + 1, most);
+  auto alloc = [&](char** p) {
+    if (onXdev) {
+      if (xdevMalloc(reinterpret_cast<void**>(p), most) != xdevSuccess) exit(1);
+    } else {
+      check(xcclMemAlloc(reinterpret_cast<void**>(p), most), "xcclMemAlloc");
+    }
+  };
+  alloc(&win);
+  alloc(&src);
+  std::memset(src, rank + 1, most);                             // xdev memory is host memory
+  xcclStream_t stream = onXdev ? nullptr : XCCL_STREAM_CALLER;  // for send and receive
+  auto sync = [&] {
+    if (onXdev && xdevStreamSynchronize(nullptr) != xdevSuccess) {
+      fprintf(stderr, "rank %d: stream: %s\n", rank, xdevGetLastErrorMessage());
+      exit(2);
+    }
+  };
   xcclWindow_t w;
   check(xcclCommWindowRegister(comm, win, most, &w, 0), "xcclCommWindowRegister");
   const int peer = 1 - rank;
@@ -186,12 +209,14 @@ std::vector<Result> runPutSignal(int rank, xcclUniqueId id, const std::vector<si
               check(xcclPutSignal(src, bytes, xcclUint8, peer, w, 0, 0, 0, 0, comm, nullptr),
                     "put");
             } else {
-              check(xcclSend(src, bytes, xcclUint8, peer, comm, XCCL_STREAM_CALLER), "send");
+              check(xcclSend(src, bytes, xcclUint8, peer, comm, stream), "send");
             }
           } else if (put) {
             check(xcclWaitSignal(1, &d, comm, nullptr), "wait");
+            sync();
           } else {
-            check(xcclRecv(win, bytes, xcclUint8, peer, comm, XCCL_STREAM_CALLER), "recv");
+            check(xcclRecv(win, bytes, xcclUint8, peer, comm, stream), "recv");
+            sync();
           }
         }
       }
@@ -199,9 +224,11 @@ std::vector<Result> runPutSignal(int rank, xcclUniqueId id, const std::vector<si
     double best[2] = {1e30, 1e30};
     for (int round = 0; round < 5; ++round) {
       for (int k = 0; k < 2; ++k) {
-        check(xcclBarrier(comm, XCCL_STREAM_CALLER), "barrier");
+        check(xcclBarrier(comm, stream), "barrier");
+        sync();
         auto t0 = Clock::now();
         pingPong(k == 0);
+        sync();
         best[k] = std::min(best[k], seconds(t0, Clock::now()) / n / 2 * 1e6);
       }
     }
@@ -213,8 +240,13 @@ std::vector<Result> runPutSignal(int rank, xcclUniqueId id, const std::vector<si
     sendRecv->push_back({bytes, best[1]});
   }
   check(xcclCommWindowDeregister(comm, w), "xcclCommWindowDeregister");
-  check(xcclMemFree(win), "xcclMemFree");
-  check(xcclMemFree(src), "xcclMemFree");
+  for (char* p : {win, src}) {
+    if (onXdev) {
+      xdevFree(p);
+    } else {
+      check(xcclMemFree(p), "xcclMemFree");
+    }
+  }
   check(xcclCommDestroy(comm), "destroy");
   return out;
 }
@@ -271,7 +303,7 @@ int main(int argc, char** argv) {
       pid_t p = fork();
       if (p == 0) {
         std::vector<Result> sr;
-        auto ps = runPutSignal(r, id, sizes, iters, &sr);
+        auto ps = runPutSignal(r, id, sizes, iters, onXdev, &sr);
         if (r == 0) {
           std::copy(ps.begin(), ps.end(), res);
           std::copy(sr.begin(), sr.end(), res + sizes.size());
@@ -287,7 +319,8 @@ int main(int argc, char** argv) {
       bad |= !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     if (bad) return 1;
-    printf("# bench_core --put-signal: 2 ranks, half a ping-pong round trip (us), best of 5\n");
+    printf("# bench_core --put-signal: 2 ranks, %s, half a ping-pong round trip (us), best of 5\n",
+           onXdev ? "xdev windows, ordered on the default stream" : "host windows, on the caller");
     printf("%12s %14s %14s %14s\n", "size(B)", "put+signal", "send/recv", "put GB/s");
     for (size_t i = 0; i < sizes.size(); ++i) {
       printf("%12zu %14.2f %14.2f %14.3f\n", res[i].bytes, res[i].usPerOp,

@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/bootstrap/bootstrap_internal.h"
 #include "test_util.h"
 #include "xccl.h"
+#include "xdev_runtime.h"
 
 namespace {
 
@@ -166,6 +168,126 @@ TEST(Windows, AWaitForAPeerThatExitedFailsNamingIt) {
         EXPECT_NE(lastError().find("rank 1 (pid"), std::string::npos) << lastError();
         EXPECT_NE(lastError().find("exited"), std::string::npos) << lastError();
         EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+        xcclCommAbort(comm);
+      },
+      90);
+}
+
+xcclComm_t initXdevProcessComm(const xcclUniqueId& id, int nranks, int rank) {
+  EXPECT_EQ(xdevSetDevice(rank), xdevSuccess);
+  xcclConfig_t cfg{};
+  cfg.timeout_ms = 60000;
+  cfg.device = rank;
+  cfg.deviceType = xcclDeviceXdev;
+  xcclComm_t comm = nullptr;
+  check(xcclCommInitRankConfig(&comm, nranks, id, rank, &cfg));
+  return comm;
+}
+
+// What a host function on an xdev stream does: sleep, then fill a device buffer (a kernel
+// that runs late), or copy a window's contents out (work queued after a wait).
+struct LateFill {
+  float* dst;
+  size_t count;
+  float base;
+};
+void lateFill(void* arg) {
+  auto* f = static_cast<LateFill*>(arg);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  for (size_t i = 0; i < f->count; ++i) f->dst[i] = f->base + float(i % 1021);
+}
+struct Snapshot {
+  const float* src;
+  std::vector<float>* out;
+};
+void snapshot(void* arg) {
+  auto* s = static_cast<Snapshot*>(arg);
+  s->out->assign(s->src, s->src + s->out->size());
+}
+
+// On xdev communicators puts and waits are operations on the caller's stream: a put copies
+// what the stream's earlier (late) work wrote, and work queued after a wait sees the put's
+// bytes. Without the ordering the put would copy zeros, or the snapshot would.
+TEST(Windows, OnXdevPutsAndWaitsAreOrderedOnTheStream) {
+  const int n = 3;
+  const size_t count = 100003, rounds = 3;
+  xcclUniqueId id;
+  ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
+  xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        xcclComm_t comm = initXdevProcessComm(id, n, rank);
+        const size_t bytes = count * rounds * sizeof(float);
+        float* win = nullptr;
+        float* src = nullptr;
+        ASSERT_EQ(xdevMalloc(reinterpret_cast<void**>(&win), bytes), xdevSuccess)
+            << xdevGetLastErrorMessage();
+        ASSERT_EQ(xdevMalloc(reinterpret_cast<void**>(&src), count * sizeof(float)), xdevSuccess);
+        std::memset(win, 0, bytes);
+        std::memset(src, 0, count * sizeof(float));
+        xcclWindow_t w = nullptr;
+        check(xcclCommWindowRegister(comm, win, bytes, &w, 0), comm);
+        xdevStream_t s = nullptr;
+        ASSERT_EQ(xdevStreamCreate(&s), xdevSuccess);
+        const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+        std::vector<LateFill> fills(rounds);
+        std::vector<std::vector<float>> seen(rounds, std::vector<float>(count));
+        std::vector<Snapshot> snaps(rounds);
+        for (size_t r = 0; r < rounds; ++r) {
+          fills[r] = {src, count, float(rank * 100000 + r * 10000)};
+          ASSERT_EQ(xdevLaunchHostFunc(s, lateFill, &fills[r]), xdevSuccess);
+          check(xcclPutSignal(src, count, xcclFloat32, right, w, r * count * sizeof(float), 2, 0, 0,
+                              comm, s),
+                comm);
+          xcclWaitSignalDesc_t d{1, left, 2, 0};
+          check(xcclWaitSignal(1, &d, comm, s), comm);
+          snaps[r] = {win + r * count, &seen[r]};
+          ASSERT_EQ(xdevLaunchHostFunc(s, snapshot, &snaps[r]), xdevSuccess);
+        }
+        // The calls returned at once; the stream does the work.
+        ASSERT_EQ(xdevStreamSynchronize(s), xdevSuccess) << xdevGetLastErrorMessage();
+        for (size_t r = 0; r < rounds; ++r) {
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(seen[r][i], float(left * 100000 + r * 10000) + float(i % 1021))
+                << "rank " << rank << " round " << r << " element " << i;
+          }
+        }
+        // XCCL_STREAM_CALLER is for host communicators.
+        EXPECT_EQ(xcclSignal(right, 0, 0, 0, comm, XCCL_STREAM_CALLER), xcclInvalidArgument);
+        check(xcclCommWindowDeregister(comm, w), comm);
+        xdevStreamDestroy(s);
+        xdevFree(src);
+        xdevFree(win);
+        check(xcclCommDestroy(comm));
+      },
+      120);
+}
+
+// On xdev, an awaited peer that exits fails the wait on the stream: the stream's error and
+// the communicator's name the rank, well before the timeout.
+TEST(Windows, OnXdevAWaitForAPeerThatExitedFailsTheStream) {
+  xcclUniqueId id;
+  ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
+  xccl_test::runProcesses(
+      2,
+      [&](int rank) {
+        xcclComm_t comm = initXdevProcessComm(id, 2, rank);
+        void* mem = nullptr;
+        ASSERT_EQ(xdevMalloc(&mem, 4096), xdevSuccess);
+        xcclWindow_t win = nullptr;
+        check(xcclCommWindowRegister(comm, mem, 4096, &win, 0), comm);
+        if (rank == 1) _exit(0);  // leaves without a signal
+        const auto t0 = std::chrono::steady_clock::now();
+        xcclWaitSignalDesc_t d{1, 1, 0, 0};
+        ASSERT_EQ(xcclWaitSignal(1, &d, comm, nullptr), xcclSuccess);  // queued
+        EXPECT_NE(xdevStreamSynchronize(nullptr), xdevSuccess);
+        const std::string why = xdevGetLastErrorMessage();
+        EXPECT_NE(why.find("rank 1 (pid"), std::string::npos) << why;
+        EXPECT_NE(why.find("exited"), std::string::npos) << why;
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+        xcclResult_t async = xcclSuccess;
+        xcclCommGetAsyncError(comm, &async);
+        EXPECT_EQ(async, xcclRemoteError);
         xcclCommAbort(comm);
       },
       90);

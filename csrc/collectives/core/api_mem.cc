@@ -25,21 +25,27 @@ Allocations& allocations() {
 
 std::string range(const void* p, size_t bytes) { return strCat("[", p, ", +", bytes, ")"); }
 
-// What every window entry requires: a host communicator, called on its caller's thread (a
-// stream of NULL or XCCL_STREAM_CALLER), outside an open group, context 0, flags 0.
+// What every window entry requires: a communicator whose device's memory the host addresses
+// (host: called on its caller's thread, a stream of NULL or XCCL_STREAM_CALLER; xdev: ordered
+// on a stream of its device, NULL its default one), outside an open group, context 0, flags 0.
 Windows& windowsOf(xcclComm_t comm, xcclStream_t stream, int ctx, unsigned flags) {
   Comm& c = commOf(comm);
-  if (std::string(c.device().name()) != "host") {
+  if (!c.device().hostAddressable()) {
     throw InvalidUsage(strCat("rank ", c.rank(), ": windows are built for communicators of the ",
-                              "host device so far; this one is on ", c.device().name(),
+                              "host and xdev devices so far; this one is on ", c.device().name(),
                               " (docs/MEMORY.md)"));
   }
-  XCCL_CHECK_ARG(stream == nullptr || stream == XCCL_STREAM_CALLER,
-                 "a host communicator has no streams: pass NULL or XCCL_STREAM_CALLER");
+  if (c.device().streamOrdered()) {
+    XCCL_CHECK_ARG(stream != XCCL_STREAM_CALLER, "XCCL_STREAM_CALLER is for host communicators; a ",
+                   c.device().name(), " communicator orders puts and signals on its streams");
+  } else {
+    XCCL_CHECK_ARG(stream == nullptr || stream == XCCL_STREAM_CALLER,
+                   "a host communicator has no streams: pass NULL or XCCL_STREAM_CALLER");
+  }
   if (inOpenGroup()) {
     throw InvalidUsage(
-        "called inside an open group: windows, puts and signals run at once, "
-        "on the calling thread");
+        "called inside an open group: windows, puts and signals are issued at once, "
+        "in the order of the calls");
   }
   XCCL_CHECK_ARG(ctx == 0, "ctx ", ctx, ": only context 0 exists");
   XCCL_CHECK_ARG(flags == 0, "flags ", flags, ": no flags are defined");
@@ -169,13 +175,14 @@ xcclResult_t xcclPutSignal(const void* localbuff, size_t count, xcclDataType_t d
     const size_t es = dtypeSize(datatype);
     XCCL_CHECK_ARG(es != 0, "unknown datatype ", static_cast<int>(datatype));
     XCCL_CHECK_ARG(count <= SIZE_MAX / es, "count ", count, " overflows");
-    w.putSignal(localbuff, count * es, peer, windowOf(peerWin), peerWinOffset, sigIdx);
+    w.putSignal(localbuff, count * es, peer, windowOf(peerWin), peerWinOffset, sigIdx, stream);
   });
 }
 
 xcclResult_t xcclSignal(int peer, int sigIdx, int ctx, unsigned int flags, xcclComm_t comm,
                         xcclStream_t stream) {
-  return guarded("xcclSignal", [&] { windowsOf(comm, stream, ctx, flags).signal(peer, sigIdx); });
+  return guarded("xcclSignal",
+                 [&] { windowsOf(comm, stream, ctx, flags).signal(peer, sigIdx, stream); });
 }
 
 xcclResult_t xcclWaitSignal(int nDesc, const xcclWaitSignalDesc_t* signalDescs, xcclComm_t comm,
@@ -187,7 +194,7 @@ xcclResult_t xcclWaitSignal(int nDesc, const xcclWaitSignalDesc_t* signalDescs, 
     for (int i = 0; i < nDesc; ++i) {
       const xcclWaitSignalDesc_t& d = signalDescs[i];
       XCCL_CHECK_ARG(d.ctx == 0, "signalDescs[", i, "].ctx ", d.ctx, ": only context 0 exists");
-      w.waitSignal(d.peer, d.sigIdx, d.opCnt);
+      w.waitSignal(d.peer, d.sigIdx, d.opCnt, stream);
     }
   });
 }

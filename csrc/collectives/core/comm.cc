@@ -324,6 +324,10 @@ void Comm::progressLoop() {
 uint64_t Comm::runOnCaller(OpEntry op) {
   XCCL_CHECK_ARG(!device_->streamOrdered(), "XCCL_STREAM_CALLER is for host communicators; a ",
                  device_->name(), " communicator orders operations on device streams");
+  return runHere(std::move(op));
+}
+
+uint64_t Comm::runHere(OpEntry op) {
   op.stream = nullptr;
   op.onCaller = true;
   uint64_t id;
@@ -424,6 +428,7 @@ static size_t outputBytes(const CollArgs& a, int nranks) {
 
 void Comm::runOp(OpEntry& op) {
   device_->streamWait(op.streamToken, abort_);
+  if (op.oneSided) op.oneSided();
   for (const CollArgs& args : op.colls) {
     ++collSeq_;
     const bool streaming =

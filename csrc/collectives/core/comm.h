@@ -50,6 +50,9 @@ struct OpEntry {
   void* streamToken = nullptr;    // the stream's work before the op (Device::streamCapture)
   void* holdToken = nullptr;      // the stream's work after it waits on this (streamHold)
   bool onCaller = false;          // XCCL_STREAM_CALLER: its caller runs it (runOnCaller)
+  // A window's put, signal or wait (windows.h) on a device communicator: run in queue order,
+  // after the stream's earlier work, by the thread that runs the op; no colls or p2p then.
+  std::function<void()> oneSided;
 };
 
 // For a device that stages through host memory (Device::stagesThroughHost): on the
@@ -98,6 +101,9 @@ class Comm {
   // operation enqueued before it is done, without waking the progress thread, and returns
   // its id, complete (query() gives its outcome). Throws the sticky error as enqueue() does.
   uint64_t runOnCaller(OpEntry op);
+  // runOnCaller() for the library's own host-memory operations on any communicator (a
+  // window registration's exchanges on a device communicator): no stream is involved.
+  uint64_t runHere(OpEntry op);
   uint64_t lastEnqueued() const { return enqueued_.load(); }
   // xcclSuccess, xcclInProgress, or the error that failed op `id`.
   xcclResult_t query(uint64_t id) const;

@@ -82,7 +82,7 @@ xcclCommProperties_t Comm::properties() const {
   }
   p.reproducible = exchange_->tuning().reproducible ? 1 : 0;
   p.registeredInPlace = p.deviceType != xcclDeviceCuda ? 1 : 0;
-  p.windows = p.deviceType == xcclDeviceHost ? 1 : 0;
+  p.windows = device_->hostAddressable() ? 1 : 0;
   p.timeoutMs = timeoutMs_;
   return p;
 }

@@ -37,7 +37,8 @@ void drain(Comm& c) {
   if (r != xcclSuccess) throw Error(toKind(r), c.lastError());
 }
 
-// One collective of the windows' own on the calling thread, after the ones enqueued before.
+// One collective of the windows' own, on host memory, on the calling thread, after the
+// operations enqueued before it (on any communicator: no stream is involved).
 void runOnCaller(Comm& c, CollType type, void* send, void* recv, size_t bytes) {
   CollArgs a;
   a.type = type;
@@ -45,7 +46,11 @@ void runOnCaller(Comm& c, CollType type, void* send, void* recv, size_t bytes) {
   a.recvbuf = recv;
   a.count = bytes;
   a.dtype = xcclUint8;
-  submit(c, std::move(a), XCCL_STREAM_CALLER);
+  OpEntry op;
+  op.colls.push_back(std::move(a));
+  const uint64_t id = c.runHere(std::move(op));
+  const xcclResult_t r = c.query(id);
+  if (r != xcclSuccess) throw Error(toKind(r), c.lastError());
 }
 
 }  // namespace
@@ -67,8 +72,9 @@ Window* Windows::registerWindow(void* buff, size_t bytes) {
   WindowRecord rec;
   rec.bytes = bytes;
   if (pad_ == nullptr) {
-    pad_ = static_cast<uint64_t*>(
-        dev.allocPeerable(sizeof(uint64_t) * kWindowSignals * static_cast<size_t>(n)));
+    const size_t padBytes = sizeof(uint64_t) * kWindowSignals * static_cast<size_t>(n);
+    pad_ = static_cast<uint64_t*>(dev.allocPeerable(padBytes));
+    std::memset(pad_, 0, padBytes);  // hostAddressable(): windowsOf refuses other devices
     consumed_.assign(static_cast<size_t>(kWindowSignals) * n, 0);
   }
   rec.ok = dev.exportBuffer(buff, bytes, &rec.window) &&
@@ -181,42 +187,57 @@ uint64_t* Windows::peerCounter(int peer, int sigIdx) const {
   return peerPads_[peer] + static_cast<size_t>(comm_.rank()) * kWindowSignals + sigIdx;
 }
 
-void Windows::putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset,
-                        int sigIdx) {
-  drain(comm_);  // in order with the operations enqueued before it
-  std::lock_guard<std::mutex> g(mu_);
-  owned(win, "xcclPutSignal");
-  checkPeer(peer, sigIdx, "xcclPutSignal");
-  const int me = comm_.rank();
-  if (offset > win->bytes || bytes > win->bytes - offset) {
-    throw InvalidArgument(strCat("rank ", me, ": xcclPutSignal: [", offset, ", +", bytes,
-                                 ") lies outside rank ", peer, "'s window of ", win->bytes,
-                                 " bytes"));
+void Windows::inOrder(xcclStream_t stream, std::function<void()> action) {
+  if (!comm_.device().streamOrdered()) {
+    drain(comm_);  // in order with the operations enqueued before it
+    action();
+    return;
   }
-  XCCL_CHECK_ARG(bytes == 0 || src != nullptr, "rank ", me, ": xcclPutSignal: localbuff is NULL");
-  if (bytes > 0) std::memcpy(win->peerBase[peer] + offset, src, bytes);
-  __atomic_fetch_add(peerCounter(peer, sigIdx), 1, __ATOMIC_RELEASE);
+  OpEntry op;
+  op.stream = stream;
+  op.oneSided = std::move(action);
+  comm_.enqueue(std::move(op));
 }
 
-void Windows::signal(int peer, int sigIdx) {
-  drain(comm_);
-  std::lock_guard<std::mutex> g(mu_);
-  checkPeer(peer, sigIdx, "xcclSignal");
-  __atomic_fetch_add(peerCounter(peer, sigIdx), 1, __ATOMIC_RELEASE);
-}
-
-void Windows::waitSignal(int peer, int sigIdx, int opCnt) {
-  drain(comm_);
-  const int me = comm_.rank();
+void Windows::putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset,
+                        int sigIdx, xcclStream_t stream) {
+  char* dst = nullptr;
   uint64_t* counter = nullptr;
-  uint64_t want = 0;
   {
     std::lock_guard<std::mutex> g(mu_);
-    checkPeer(peer, sigIdx, "xcclWaitSignal");
-    XCCL_CHECK_ARG(opCnt >= 0, "rank ", me, ": xcclWaitSignal: opCnt ", opCnt, " < 0");
-    counter = pad_ + static_cast<size_t>(peer) * kWindowSignals + sigIdx;
-    want = consumed_[static_cast<size_t>(peer) * kWindowSignals + sigIdx] + opCnt;
+    owned(win, "xcclPutSignal");
+    checkPeer(peer, sigIdx, "xcclPutSignal");
+    const int me = comm_.rank();
+    if (offset > win->bytes || bytes > win->bytes - offset) {
+      throw InvalidArgument(strCat("rank ", me, ": xcclPutSignal: [", offset, ", +", bytes,
+                                   ") lies outside rank ", peer, "'s window of ", win->bytes,
+                                   " bytes"));
+    }
+    XCCL_CHECK_ARG(bytes == 0 || src != nullptr, "rank ", me, ": xcclPutSignal: localbuff is NULL");
+    dst = win->peerBase[peer] + offset;
+    counter = peerCounter(peer, sigIdx);
   }
+  // A window stays mapped until its deregistration, which every rank's earlier puts precede.
+  Device* dev = &comm_.device();
+  inOrder(stream, [dev, dst, src, bytes, counter] {
+    if (bytes > 0) dev->copy(dst, src, bytes, CopyKind::kDeviceToDevice);
+    __atomic_fetch_add(counter, 1, __ATOMIC_RELEASE);
+  });
+}
+
+void Windows::signal(int peer, int sigIdx, xcclStream_t stream) {
+  uint64_t* counter = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    checkPeer(peer, sigIdx, "xcclSignal");
+    counter = peerCounter(peer, sigIdx);
+  }
+  inOrder(stream, [counter] { __atomic_fetch_add(counter, 1, __ATOMIC_RELEASE); });
+}
+
+void Windows::awaitCounter(const uint64_t* counter, uint64_t want, int peer, int sigIdx,
+                           int opCnt) {
+  const int me = comm_.rank();
   const int pid = comm_.peers()[peer].pid;
   const Deadline deadline = Deadline::after(comm_.timeoutMs());
   auto nextCheck = Clock::now();
@@ -246,8 +267,33 @@ void Windows::waitSignal(int peer, int sigIdx, int opCnt) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+}
+
+void Windows::waitSignal(int peer, int sigIdx, int opCnt, xcclStream_t stream) {
+  const int me = comm_.rank();
+  const uint64_t* counter = nullptr;
+  uint64_t want = 0;
+  const size_t slot = static_cast<size_t>(peer) * kWindowSignals + sigIdx;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    checkPeer(peer, sigIdx, "xcclWaitSignal");
+    XCCL_CHECK_ARG(opCnt >= 0, "rank ", me, ": xcclWaitSignal: opCnt ", opCnt, " < 0");
+    counter = pad_ + slot;
+    want = consumed_[slot] + opCnt;
+    // On a stream the wait is queued: the next one counts from this one's target (if this one
+    // fails, so does the communicator). On the caller only a wait that ends consumes.
+    if (comm_.device().streamOrdered()) consumed_[slot] = want;
+  }
+  if (comm_.device().streamOrdered()) {
+    inOrder(stream, [this, counter, want, peer, sigIdx, opCnt] {
+      awaitCounter(counter, want, peer, sigIdx, opCnt);
+    });
+    return;
+  }
+  drain(comm_);
+  awaitCounter(counter, want, peer, sigIdx, opCnt);
   std::lock_guard<std::mutex> g(mu_);
-  consumed_[static_cast<size_t>(peer) * kWindowSignals + sigIdx] = want;
+  consumed_[slot] = want;
 }
 
 }  // namespace xccl

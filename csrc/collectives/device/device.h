@@ -165,6 +165,10 @@ class Device {
   // devices whose every allocation is shareable (xdev). The host device makes it a memfd.
   virtual void* allocPeerable(size_t bytes) { return alloc(bytes); }
   virtual void freePeerable(void* ptr) { free(ptr); }
+  // Whether host code may load and store this device's memory directly (the host device, and
+  // xdev, whose memory is host memory): what windows need, whose signals are atomic adds
+  // that the caller's thread (or the progress thread) makes in a peer's mapped memory.
+  virtual bool hostAddressable() const { return false; }
 };
 
 // A device by kind ("host", "xdev"; "" = XCCL_DEVICE, default host) and ordinal (< 0: the

@@ -327,7 +327,7 @@ typedef struct {
   int reproducible;            /* 1: reductions are rank-order folds (XCCL_REPRODUCIBLE) */
   int registeredInPlace;       /* 1: buffers from xcclMemAlloc / xcclCommRegister are read in place
                                   by the ranks of the host (0 on CUDA: it moves bytes over IPC lanes) */
-  int windows;       /* 1: xcclCommWindowRegister and put/signal work here (host memory) */
+  int windows;       /* 1: xcclCommWindowRegister and put/signal work here (host and xdev memory) */
   int64_t timeoutMs; /* the per-operation deadline */
 } xcclCommProperties_t;
 #define XCCL_COMM_PROPERTIES_MAGIC 0x78637070u
@@ -371,9 +371,10 @@ XCCL_API xcclResult_t xcclCommDeregister(const xcclComm_t comm, void* handle);
 /* Windows (ncclCommWindowRegister): a buffer of the same size on every rank that the other
  * ranks of its host write into with xcclPutSignal. Collective: every rank of comm calls it
  * with its own buffer of `size` bytes, which must be memory the host's processes can map
- * (xcclMemAlloc); a rank whose buffer is not, or sizes that differ, fail every rank with
- * xcclInvalidArgument naming the rank. Communicators of the host device only so far
- * (xcclInvalidUsage otherwise); ranks on other hosts are not reachable through a window.
+ * (xcclMemAlloc; on xdev, device memory); a rank whose buffer is not, or sizes that differ,
+ * fail every rank with xcclInvalidArgument naming the rank. Communicators of the host and
+ * xdev devices so far (CUDA: xcclInvalidUsage); ranks on other hosts are not reachable
+ * through a window. Registration returns when every rank has mapped its peers' windows.
  * winFlags: 0. Deregister is collective too (a barrier: no put reaches a window after its
  * owner deregistered it). */
 typedef struct xcclWindow* xcclWindow_t;
@@ -382,9 +383,13 @@ XCCL_API xcclResult_t xcclCommWindowRegister(xcclComm_t comm, void* buff, size_t
 XCCL_API xcclResult_t xcclCommWindowDeregister(xcclComm_t comm, xcclWindow_t win);
 /* One-sided: copies count elements from localbuff into peer's window at byte offset
  * peerWinOffset, then adds one to peer's signal counter (this rank, sigIdx), so that data is
- * visible to peer once its xcclWaitSignal counted the signal. On the calling thread, after
- * every operation enqueued on comm before (stream: NULL or XCCL_STREAM_CALLER). A range
- * outside the window is xcclInvalidArgument; a peer on another host xcclInvalidUsage.
+ * visible to peer once its xcclWaitSignal counted the signal. Host communicators: on the
+ * calling thread, after every operation enqueued on comm before (stream: NULL or
+ * XCCL_STREAM_CALLER). xdev communicators: an operation on `stream` (NULL: the device's
+ * default stream), as NCCL's on a CUDA stream: it starts after the stream's earlier work and
+ * comm's earlier operations, later work on the stream waits for it, and the call returns at
+ * once. A range outside the window is xcclInvalidArgument; a peer on another host
+ * xcclInvalidUsage (both at the call, nothing queued).
  * sigIdx in [0, 16); ctx and flags 0. xcclSignal: the signal alone. */
 XCCL_API xcclResult_t xcclPutSignal(const void* localbuff, size_t count, xcclDataType_t datatype,
                                     int peer, xcclWindow_t peerWin, size_t peerWinOffset,
@@ -394,7 +399,9 @@ XCCL_API xcclResult_t xcclSignal(int peer, int sigIdx, int ctx, unsigned int fla
                                  xcclStream_t stream);
 /* Waits, for each descriptor, until opCnt more signals (peer, sigIdx) arrived than earlier
  * waits of this rank counted. Fails with xcclRemoteError when the peer's process exits
- * before, xcclTimeout after the communicator's timeout. */
+ * before, xcclTimeout after the communicator's timeout. On xdev the wait is an operation on
+ * `stream` (as xcclPutSignal's): work queued after it sees every counted put; a failed wait
+ * fails comm and the stream, naming the peer. */
 typedef struct {
   int opCnt;
   int peer;

@@ -15,6 +15,7 @@ class HostDevice : public Device {
  public:
   explicit HostDevice(int ordinal) : ordinal_(ordinal) {}
   const char* name() const override { return "host"; }
+  bool hostAddressable() const override { return true; }
   int ordinal() const override { return ordinal_; }
   std::string busId() const override;
 

@@ -274,4 +274,16 @@ const void* XdevDevice::importBuffer(const PeerRef& ref, int ownerPid, size_t by
   return p;
 }
 
+void* XdevDevice::allocPeerable(size_t bytes) {
+  DeviceScope scope(ordinal());
+  void* p = nullptr;
+  check(xdevMalloc(&p, bytes), "xdevMalloc");
+  return p;
+}
+
+void XdevDevice::freePeerable(void* ptr) {
+  DeviceScope scope(ordinal());
+  check(xdevFree(ptr), "xdevFree");
+}
+
 }  // namespace xccl

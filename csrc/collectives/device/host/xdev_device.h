@@ -47,6 +47,10 @@ class XdevDevice : public HostDevice {
   // device memory lives in shareable segments, so a peer maps and reads it in place.
   bool exportBuffer(const void* ptr, size_t bytes, PeerRef* ref) override;
   const void* importBuffer(const PeerRef& ref, int ownerPid, size_t bytes) override;
+  // xcclMemAlloc on xdev, and a window's signal pad: device memory (xdevMalloc on this
+  // device), which exportBuffer() names; host memory (the host device's memfd) it cannot.
+  void* allocPeerable(size_t bytes) override;
+  void freePeerable(void* ptr) override;
 
   struct Stage;  // xdev_device.cc
 
