@@ -10,6 +10,9 @@
 //             into slice r of every buffer; barrier (in place), or for _out: the result goes
 //             to its own slice r, barrier, every rank copies the slices into its output,
 //             barrier.
+//   tile_reduce: barrier; the root folds every rank's 2-D tile (any strides) into its
+//             out_tile; barrier. multi_root_tile_reduce: the same for several tiles at
+//             once, tile k to roots[k] (CUDA's NVSHMEM kernels; sum only there).
 // Folds run in rank order, ((b0 op b1) op b2)..., so every rank gets the same bits, and
 // one_shot and two_shot agree. Ops: sum, avg, max, min (CUDA's take sum, some avg).
 #include <ATen/ATen.h>
@@ -256,6 +259,161 @@ at::Tensor reduceScatterOut(at::Tensor input, std::string groupName, bool splitL
   return output;
 }
 
+// A 2-D view: rows x cols elements, element (i, j) at (i * s0 + j * s1) elements from its start.
+struct Tile {
+  size_t rows, cols, s0, s1;
+};
+
+Tile tileOf(const char* name, const char* what, const at::Tensor& t) {
+  TORCH_CHECK(t.dim() == 2, "symm_mem.", name, " (xdev): ", what, " must be 2-D, got ", t.dim(),
+              " dimensions");
+  TORCH_CHECK(t.stride(0) >= 0 && t.stride(1) >= 0, "symm_mem.", name, " (xdev): ", what,
+              " has a negative stride");
+  return {static_cast<size_t>(t.size(0)), static_cast<size_t>(t.size(1)),
+          static_cast<size_t>(t.stride(0)), static_cast<size_t>(t.stride(1))};
+}
+
+// Byte offset of a tile in its symmetric buffer, checked: every element inside the buffer.
+size_t tilePlace(const char* name, XdevSymmetricMemory& m, const at::Tensor& t, const Tile& g) {
+  TORCH_CHECK(m.world_within_direct_access(), "symm_mem.", name, " (xdev): group ", m.group(),
+              " spans hosts; these ops read every rank's buffer in place");
+  const auto off = static_cast<const char*>(t.data_ptr()) - m.bufferOf(m.get_rank());
+  const size_t elem = t.element_size();
+  const size_t extent =
+      g.rows == 0 || g.cols == 0 ? 0 : ((g.rows - 1) * g.s0 + (g.cols - 1) * g.s1 + 1) * elem;
+  TORCH_CHECK(off >= 0 && static_cast<size_t>(off) + extent <= m.get_buffer_size(), "symm_mem.",
+              name, " (xdev): the input tile lies outside its symmetric buffer");
+  return static_cast<size_t>(off);
+}
+
+// On the root's stream worker: out = the fold, in rank order, of every rank's tile at byte
+// `at` of its buffer of `src` (shape and strides `in`); out's own strides `outTile`. Between
+// the two barriers around it no rank changes its tile; an out inside any rank's buffer (or
+// strided) is written from a contiguous fold after the second barrier.
+void tileFold(XdevSymmetricMemory& src, size_t at, const Tile& in, char* out, const Tile& outTile,
+              size_t elem, const SymmFold& f, bool aside, XdevSymmetricMemory& sync) {
+  const size_t world = static_cast<size_t>(src.get_world_size());
+  sync.barrierNow(0, 0);
+  const bool direct = !aside && outTile.s1 == 1;
+  std::vector<char> scratch(direct ? 0 : in.rows * in.cols * elem);
+  std::vector<std::vector<char>> gathered(in.s1 == 1 ? 0 : world);
+  for (size_t i = 0; i < in.rows; ++i) {
+    std::vector<const char*> rows = symmSources(src, at + i * in.s0 * elem);
+    if (in.s1 != 1) {  // a strided row: each rank's elements side by side first
+      for (size_t r = 0; r < world; ++r) {
+        gathered[r].resize(in.cols * elem);
+        for (size_t j = 0; j < in.cols; ++j) {
+          std::memcpy(gathered[r].data() + j * elem, rows[r] + j * in.s1 * elem, elem);
+        }
+        rows[r] = gathered[r].data();
+      }
+    }
+    char* dst = direct ? out + i * outTile.s0 * elem : scratch.data() + i * in.cols * elem;
+    symmFoldInto(dst, rows, in.cols, elem, f);
+  }
+  sync.barrierNow(0, 0);
+  if (direct) return;
+  for (size_t i = 0; i < in.rows; ++i) {
+    for (size_t j = 0; j < in.cols; ++j) {
+      std::memcpy(out + (i * outTile.s0 + j * outTile.s1) * elem,
+                  scratch.data() + (i * in.cols + j) * elem, elem);
+    }
+  }
+}
+
+// Whether [p, p + bytes) meets any rank's symmetric buffer of m.
+bool insideAnyBuffer(XdevSymmetricMemory& m, const char* p, size_t bytes) {
+  for (int r = 0; r < m.get_world_size(); ++r) {
+    const char* b = m.bufferOf(r);
+    if (p + bytes > b && p < b + m.get_buffer_size()) return true;
+  }
+  return false;
+}
+
+void checkTileOut(const char* name, const at::Tensor& in, const at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == in.scalar_type() && out.device() == in.device() &&
+                  out.sizes() == in.sizes(),
+              "symm_mem.", name, " (xdev): out_tile must be a ", in.scalar_type(), " tile of ",
+              in.sizes(), " on ", in.device(), ", got ", out.scalar_type(), " ", out.sizes(),
+              " on ", out.device());
+}
+
+// tile_reduce: the root's out_tile = the fold of every rank's in_tile (a 2-D view, any
+// strides, of its symmetric buffer); the other ranks take part (their out_tile is untouched).
+void tileReduce(const at::Tensor& inTile, at::Tensor& outTile, int64_t root, std::string groupName,
+                std::string reduceOp) {
+  const char* name = "tile_reduce";
+  const Tile in = tileOf(name, "in_tile", inTile);
+  const Tile out = tileOf(name, "out_tile", outTile);
+  checkTileOut(name, inTile, outTile);
+  auto m = symmetricMemoryOf(inTile, groupName);
+  TORCH_CHECK(root >= 0 && root < m->get_world_size(), "symm_mem.", name, " (xdev): root ", root,
+              " is not a rank of group ", groupName, " (", m->get_world_size(), " ranks)");
+  const size_t at = tilePlace(name, *m, inTile, in);
+  const SymmFold f = symmFoldOf(name, inTile, reduceOp);
+  const size_t elem = inTile.element_size();
+  if (root != m->get_rank()) {
+    m->enqueue([m] {
+      m->barrierNow(0, 0);
+      m->barrierNow(0, 0);
+    });
+    return;
+  }
+  char* dst = static_cast<char*>(outTile.data_ptr());
+  const bool aside = insideAnyBuffer(
+      *m, dst,
+      outTile.numel() == 0 ? 0 : ((out.rows - 1) * out.s0 + (out.cols - 1) * out.s1 + 1) * elem);
+  m->enqueue([m, at, in, out, dst, elem, f, aside] {
+    tileFold(*m, at, in, dst, out, elem, f, aside, *m);
+  });
+}
+
+// multi_root_tile_reduce: tile k of every rank folds into roots[k]'s out_tile; a rank is the
+// root of one tile at most; every rank takes part in all (one pair of barriers).
+void multiRootTileReduce(at::TensorList inTiles, at::Tensor& outTile, at::IntArrayRef roots,
+                         std::string groupName, std::string reduceOp) {
+  const char* name = "multi_root_tile_reduce";
+  TORCH_CHECK(!inTiles.empty(), "symm_mem.", name, " (xdev): no tiles");
+  TORCH_CHECK(roots.size() == inTiles.size(), "symm_mem.", name, " (xdev): ", inTiles.size(),
+              " tiles but ", roots.size(), " roots");
+  const Tile out = tileOf(name, "out_tile", outTile);
+  std::vector<c10::intrusive_ptr<XdevSymmetricMemory>> mems;
+  for (const at::Tensor& t : inTiles) mems.push_back(symmetricMemoryOf(t, groupName));
+  const int world = mems[0]->get_world_size(), me = mems[0]->get_rank();
+  int mine = -1;
+  for (size_t k = 0; k < inTiles.size(); ++k) {
+    checkTileOut(name, inTiles[k], outTile);
+    tileOf(name, "every in_tile", inTiles[k]);
+    TORCH_CHECK(roots[k] >= 0 && roots[k] < world, "symm_mem.", name, " (xdev): root ", roots[k],
+                " is not a rank of group ", groupName, " (", world, " ranks)");
+    if (roots[k] != me) continue;
+    TORCH_CHECK(mine < 0, "symm_mem.", name, " (xdev): rank ", me, " is the root of tiles ", mine,
+                " and ", k, " (a rank is the root of one tile at most)");
+    mine = static_cast<int>(k);
+  }
+  auto sync = mems[0];  // every rank's barriers on one buffer's signal pad
+  if (mine < 0) {
+    sync->enqueue([sync] {
+      sync->barrierNow(0, 0);
+      sync->barrierNow(0, 0);
+    });
+    return;
+  }
+  auto m = mems[mine];
+  const Tile in = tileOf(name, "in_tile", inTiles[mine]);
+  const size_t at = tilePlace(name, *m, inTiles[mine], in);
+  const SymmFold f = symmFoldOf(name, outTile, reduceOp);
+  const size_t elem = outTile.element_size();
+  char* dst = static_cast<char*>(outTile.data_ptr());
+  const size_t extent =
+      outTile.numel() == 0 ? 0 : ((out.rows - 1) * out.s0 + (out.cols - 1) * out.s1 + 1) * elem;
+  bool aside = false;
+  for (auto& mm : mems) aside = aside || insideAnyBuffer(*mm, dst, extent);
+  m->enqueue([m, sync, at, in, out, dst, elem, f, aside] {
+    tileFold(*m, at, in, dst, out, elem, f, aside, *sync);
+  });
+}
+
 // 32-bit stores at uint32 offsets of a tensor, on the current stream (the signals of torch's
 // fused all-gather-matmul).
 void symmStore32(const char* name, at::Tensor& t, int64_t offset, int64_t val, int64_t count) {
@@ -305,6 +463,8 @@ void symmImpl(torch::Library& lib, const char* op, F* fn) {
   symmImpl(lib, "two_shot_all_reduce_", twoShotInPlace);
   symmImpl(lib, "two_shot_all_reduce_out", twoShotOut);
   symmImpl(lib, "reduce_scatter_out", reduceScatterOut);
+  symmImpl(lib, "tile_reduce", tileReduce);
+  symmImpl(lib, "multi_root_tile_reduce", multiRootTileReduce);
   symmImpl(lib, "memset32_", memset32);
   symmImpl(lib, "stream_write_value32_", streamWriteValue32);
   return true;

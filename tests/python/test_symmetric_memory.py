@@ -78,3 +78,14 @@ def test_a_wait_for_a_peer_whose_own_wait_failed_ends_at_once():
     assert "waiting for rank 1's signal" in r0["error"], r0
     assert "that rank's operation on this memory failed" in r0["error"], r0
     assert r0["seconds"] < 10, r0  # not the 600 s timeout
+
+
+@pytest.mark.timeout(120)
+def test_tile_reduce_and_multi_root_tile_reduce_equal_the_cpu_fold():
+    for rank, r in enumerate(run_world(w.tiles, 3, timeout=110, device_id="xdev")):
+        assert r["rows"] and r["multi"], r
+        assert r.get("strided_max", rank != 0) and r.get("aside", rank != 2), r
+        assert "is the root of tiles 0 and 1" in r["twice"], r
+        assert "root 3 is not a rank of group" in r["root"], r
+        assert "out_tile must be a Float tile of [2, 10]" in r["shape"], r
+        assert "in_tile must be 2-D, got 1 dimensions" in r["dims"], r

@@ -205,3 +205,55 @@ def a_failed_peer_is_not_waited_for(rank, world):
     out = {"error": err, "seconds": time.monotonic() - start}
     time.sleep(0.5)  # rank 1 stays alive while rank 0 still waits
     return out
+
+
+def tiles(rank, world):
+    """tile_reduce and multi_root_tile_reduce against the CPU fold: a strided 2-D view of a
+    symmetric buffer, a column-strided one, an out_tile inside the buffer (folded aside),
+    and the bad arguments."""
+    dev = _dev(rank)
+    name = dist.group.WORLD.group_name
+    parts = _inputs(world, 12 * 10, torch.float32, seed=23)
+    buf = symm_mem.empty(12, 10, device=dev)
+    symm_mem.rendezvous(buf, name)
+    buf.copy_(parts[rank].view(12, 10).to(dev))
+    whole = _fold([p.view(12, 10) for p in parts], "sum")
+    out = {}
+    # Rows 2..6, columns 3..8: a view with stride (10, 1).
+    tile = buf[2:7, 3:9]
+    dst = torch.full((5, 6), -1.0, device=dev)
+    torch.ops.symm_mem.tile_reduce(tile, dst, 1, name)
+    want = whole[2:7, 3:9] if rank == 1 else torch.full((5, 6), -1.0)
+    out["rows"] = bool(torch.equal(dst.cpu(), want))
+    # Every other column (stride (10, 2)), max, into a transposed (strided) out on root 0.
+    tile = buf[:, ::2]
+    dst = torch.zeros(5, 12, device=dev).t()
+    torch.ops.symm_mem.tile_reduce(tile, dst, 0, name, "max")
+    if rank == 0:
+        want = _fold([p.view(12, 10)[:, ::2] for p in parts], "max")
+        out["strided_max"] = bool(torch.equal(dst.cpu(), want))
+    # Into the root's own symmetric buffer, over the tile the others still read.
+    torch.xdev.synchronize(dev)
+    dist.barrier()
+    torch.ops.symm_mem.tile_reduce(buf[0:4, :], buf[2:6, :], 2 % world, name)
+    torch.xdev.synchronize(dev)
+    if rank == 2 % world:
+        out["aside"] = bool(torch.equal(buf[2:6, :].cpu(), whole[0:4, :]))
+    # Tile k (rows 3k..3k+2) folds into rank k's out; ranks past the tiles take part only.
+    dist.barrier()
+    buf.copy_(parts[rank].view(12, 10).to(dev))
+    tiles_ = [buf[3 * k:3 * k + 3, :] for k in range(min(world, 4))]
+    dst = torch.full((3, 10), -1.0, device=dev)
+    torch.ops.symm_mem.multi_root_tile_reduce(tiles_, dst, list(range(len(tiles_))), name)
+    want = whole[3 * rank:3 * rank + 3, :] if rank < len(tiles_) else torch.full((3, 10), -1.0)
+    out["multi"] = bool(torch.equal(dst.cpu(), want))
+    out["twice"] = _error(lambda: torch.ops.symm_mem.multi_root_tile_reduce(
+        tiles_[:2], dst, [rank, rank], name))
+    out["root"] = _error(lambda: torch.ops.symm_mem.tile_reduce(
+        buf[0:2, :], torch.empty(2, 10, device=dev), world, name))
+    out["shape"] = _error(lambda: torch.ops.symm_mem.tile_reduce(
+        buf[0:2, :], torch.empty(3, 10, device=dev), 0, name))
+    out["dims"] = _error(lambda: torch.ops.symm_mem.tile_reduce(
+        buf[0], torch.empty(10, device=dev), 0, name))
+    torch.xdev.synchronize(dev)
+    return out
