@@ -1,5 +1,6 @@
 // SymmetricOps.cpp — torch.ops.symm_mem on xdev (PrivateUse1): the one-shot and two-shot
-// allreduces over symmetric memory, and the 32-bit stores torch's fused ops signal with.
+// allreduces over symmetric memory, reduce_scatter_out, the 32-bit stores torch's fused ops
+// signal with, and the helpers every symm_mem kernel here shares (SymmetricOps.hpp).
 //
 // torch defines these ops' schemas (and meta kernels) and registers kernels for CUDA only;
 // these are the xdev kernels. Each runs on the current xdev stream as one host function:
@@ -10,9 +11,6 @@
 //             into slice r of every buffer; barrier (in place), or for _out: the result goes
 //             to its own slice r, barrier, every rank copies the slices into its output,
 //             barrier.
-//   tile_reduce: barrier; the root folds every rank's 2-D tile (any strides) into its
-//             out_tile; barrier. multi_root_tile_reduce: the same for several tiles at
-//             once, tile k to roots[k] (CUDA's NVSHMEM kernels; sum only there).
 // Folds run in rank order, ((b0 op b1) op b2)..., so every rank gets the same bits, and
 // one_shot and two_shot agree. Ops: sum, avg, max, min (CUDA's take sum, some avg).
 #include <ATen/ATen.h>
@@ -25,17 +23,11 @@
 #include <vector>
 
 #include "SymmetricMemory.hpp"
+#include "SymmetricOps.hpp"
 #include "Utils.hpp"
 #include "xdev_runtime.h"
 
 namespace torch_xccl {
-namespace {
-
-struct SymmFold {
-  xdevDataType_t dtype;
-  xdevRedOp_t op;
-  bool average;
-};
 
 SymmFold symmFoldOf(const char* name, const at::Tensor& t, const std::string& op) {
   SymmFold f{static_cast<xdevDataType_t>(toXcclType(name, t.scalar_type())), xdevSum, false};
@@ -55,13 +47,14 @@ SymmFold symmFoldOf(const char* name, const at::Tensor& t, const std::string& op
   return f;
 }
 
-// On the stream worker: a plain exception, whose text becomes the stream's error.
 void symmOk(xdevError_t e, const char* what) {
   if (e != xdevSuccess) {
     throw std::runtime_error(std::string("symm_mem (xdev): ") + what + ": " +
                              xdevGetLastErrorMessage());
   }
 }
+
+namespace {
 
 // dst = src[0] op src[1] op ... in rank order, count elements (on the stream worker).
 void symmFoldDirect(char* dst, const std::vector<const char*>& src, size_t count, size_t elem,
@@ -75,6 +68,8 @@ void symmFoldDirect(char* dst, const std::vector<const char*>& src, size_t count
     symmOk(xdevReduce(dst, dst, src[r], count, f.dtype, f.op), "fold");
   }
 }
+
+}  // namespace
 
 // dst may be one of the sources (two_shot folds into its own buffer): past the first two,
 // a source must still be intact when it is read, so the fold goes through a cache-sized
@@ -128,6 +123,24 @@ std::vector<const char*> symmSources(XdevSymmetricMemory& m, size_t byteOffset) 
   return src;
 }
 
+// Whether [p, p + bytes) meets any rank's symmetric buffer of m.
+// Rank r's slice of count elements: [lo, hi).
+std::pair<size_t, size_t> symmSlice(size_t count, int world, int r) {
+  const size_t per = (count + world - 1) / world;
+  const size_t lo = std::min(count, per * r);
+  return {lo, std::min(count, lo + per)};
+}
+
+bool insideAnyBuffer(XdevSymmetricMemory& m, const char* p, size_t bytes) {
+  for (int r = 0; r < m.get_world_size(); ++r) {
+    const char* b = m.bufferOf(r);
+    if (p + bytes > b && p < b + m.get_buffer_size()) return true;
+  }
+  return false;
+}
+
+namespace {
+
 at::Tensor oneShotOut(const at::Tensor& input, std::string reduceOp, std::string groupName,
                       at::Tensor out) {
   const char* name = "one_shot_all_reduce";
@@ -139,11 +152,7 @@ at::Tensor oneShotOut(const at::Tensor& input, std::string reduceOp, std::string
   char* dst = static_cast<char*>(out.data_ptr());
   // An out inside any rank's buffer (its own, or a peer's through get_buffer) would change
   // what the others are reading: fold aside.
-  bool aside = false;
-  for (int r = 0; r < m->get_world_size(); ++r) {
-    const char* b = m->bufferOf(r);
-    aside = aside || (dst + count * elem > b && dst < b + m->get_buffer_size());
-  }
+  const bool aside = insideAnyBuffer(*m, dst, count * elem);
   m->enqueue([m, at, count, elem, f, dst, aside] {
     m->barrierNow(0, 0);
     std::vector<char> scratch(aside ? count * elem : 0);
@@ -171,13 +180,6 @@ at::Tensor oneShotCopyOut(const at::Tensor& symmBuffer, const at::Tensor& localI
 at::Tensor oneShotCopy(const at::Tensor& symmBuffer, const at::Tensor& localInput,
                        std::string reduceOp, std::string groupName) {
   return oneShotCopyOut(symmBuffer, localInput, reduceOp, groupName, at::empty_like(localInput));
-}
-
-// Rank r's slice of count elements: [lo, hi).
-std::pair<size_t, size_t> symmSlice(size_t count, int world, int r) {
-  const size_t per = (count + world - 1) / world;
-  const size_t lo = std::min(count, per * r);
-  return {lo, std::min(count, lo + per)};
 }
 
 void twoShot(XdevSymmetricMemory& m, const at::Tensor& input, const std::string& reduceOp,
@@ -259,161 +261,6 @@ at::Tensor reduceScatterOut(at::Tensor input, std::string groupName, bool splitL
   return output;
 }
 
-// A 2-D view: rows x cols elements, element (i, j) at (i * s0 + j * s1) elements from its start.
-struct Tile {
-  size_t rows, cols, s0, s1;
-};
-
-Tile tileOf(const char* name, const char* what, const at::Tensor& t) {
-  TORCH_CHECK(t.dim() == 2, "symm_mem.", name, " (xdev): ", what, " must be 2-D, got ", t.dim(),
-              " dimensions");
-  TORCH_CHECK(t.stride(0) >= 0 && t.stride(1) >= 0, "symm_mem.", name, " (xdev): ", what,
-              " has a negative stride");
-  return {static_cast<size_t>(t.size(0)), static_cast<size_t>(t.size(1)),
-          static_cast<size_t>(t.stride(0)), static_cast<size_t>(t.stride(1))};
-}
-
-// Byte offset of a tile in its symmetric buffer, checked: every element inside the buffer.
-size_t tilePlace(const char* name, XdevSymmetricMemory& m, const at::Tensor& t, const Tile& g) {
-  TORCH_CHECK(m.world_within_direct_access(), "symm_mem.", name, " (xdev): group ", m.group(),
-              " spans hosts; these ops read every rank's buffer in place");
-  const auto off = static_cast<const char*>(t.data_ptr()) - m.bufferOf(m.get_rank());
-  const size_t elem = t.element_size();
-  const size_t extent =
-      g.rows == 0 || g.cols == 0 ? 0 : ((g.rows - 1) * g.s0 + (g.cols - 1) * g.s1 + 1) * elem;
-  TORCH_CHECK(off >= 0 && static_cast<size_t>(off) + extent <= m.get_buffer_size(), "symm_mem.",
-              name, " (xdev): the input tile lies outside its symmetric buffer");
-  return static_cast<size_t>(off);
-}
-
-// On the root's stream worker: out = the fold, in rank order, of every rank's tile at byte
-// `at` of its buffer of `src` (shape and strides `in`); out's own strides `outTile`. Between
-// the two barriers around it no rank changes its tile; an out inside any rank's buffer (or
-// strided) is written from a contiguous fold after the second barrier.
-void tileFold(XdevSymmetricMemory& src, size_t at, const Tile& in, char* out, const Tile& outTile,
-              size_t elem, const SymmFold& f, bool aside, XdevSymmetricMemory& sync) {
-  const size_t world = static_cast<size_t>(src.get_world_size());
-  sync.barrierNow(0, 0);
-  const bool direct = !aside && outTile.s1 == 1;
-  std::vector<char> scratch(direct ? 0 : in.rows * in.cols * elem);
-  std::vector<std::vector<char>> gathered(in.s1 == 1 ? 0 : world);
-  for (size_t i = 0; i < in.rows; ++i) {
-    std::vector<const char*> rows = symmSources(src, at + i * in.s0 * elem);
-    if (in.s1 != 1) {  // a strided row: each rank's elements side by side first
-      for (size_t r = 0; r < world; ++r) {
-        gathered[r].resize(in.cols * elem);
-        for (size_t j = 0; j < in.cols; ++j) {
-          std::memcpy(gathered[r].data() + j * elem, rows[r] + j * in.s1 * elem, elem);
-        }
-        rows[r] = gathered[r].data();
-      }
-    }
-    char* dst = direct ? out + i * outTile.s0 * elem : scratch.data() + i * in.cols * elem;
-    symmFoldInto(dst, rows, in.cols, elem, f);
-  }
-  sync.barrierNow(0, 0);
-  if (direct) return;
-  for (size_t i = 0; i < in.rows; ++i) {
-    for (size_t j = 0; j < in.cols; ++j) {
-      std::memcpy(out + (i * outTile.s0 + j * outTile.s1) * elem,
-                  scratch.data() + (i * in.cols + j) * elem, elem);
-    }
-  }
-}
-
-// Whether [p, p + bytes) meets any rank's symmetric buffer of m.
-bool insideAnyBuffer(XdevSymmetricMemory& m, const char* p, size_t bytes) {
-  for (int r = 0; r < m.get_world_size(); ++r) {
-    const char* b = m.bufferOf(r);
-    if (p + bytes > b && p < b + m.get_buffer_size()) return true;
-  }
-  return false;
-}
-
-void checkTileOut(const char* name, const at::Tensor& in, const at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == in.scalar_type() && out.device() == in.device() &&
-                  out.sizes() == in.sizes(),
-              "symm_mem.", name, " (xdev): out_tile must be a ", in.scalar_type(), " tile of ",
-              in.sizes(), " on ", in.device(), ", got ", out.scalar_type(), " ", out.sizes(),
-              " on ", out.device());
-}
-
-// tile_reduce: the root's out_tile = the fold of every rank's in_tile (a 2-D view, any
-// strides, of its symmetric buffer); the other ranks take part (their out_tile is untouched).
-void tileReduce(const at::Tensor& inTile, at::Tensor& outTile, int64_t root, std::string groupName,
-                std::string reduceOp) {
-  const char* name = "tile_reduce";
-  const Tile in = tileOf(name, "in_tile", inTile);
-  const Tile out = tileOf(name, "out_tile", outTile);
-  checkTileOut(name, inTile, outTile);
-  auto m = symmetricMemoryOf(inTile, groupName);
-  TORCH_CHECK(root >= 0 && root < m->get_world_size(), "symm_mem.", name, " (xdev): root ", root,
-              " is not a rank of group ", groupName, " (", m->get_world_size(), " ranks)");
-  const size_t at = tilePlace(name, *m, inTile, in);
-  const SymmFold f = symmFoldOf(name, inTile, reduceOp);
-  const size_t elem = inTile.element_size();
-  if (root != m->get_rank()) {
-    m->enqueue([m] {
-      m->barrierNow(0, 0);
-      m->barrierNow(0, 0);
-    });
-    return;
-  }
-  char* dst = static_cast<char*>(outTile.data_ptr());
-  const bool aside = insideAnyBuffer(
-      *m, dst,
-      outTile.numel() == 0 ? 0 : ((out.rows - 1) * out.s0 + (out.cols - 1) * out.s1 + 1) * elem);
-  m->enqueue([m, at, in, out, dst, elem, f, aside] {
-    tileFold(*m, at, in, dst, out, elem, f, aside, *m);
-  });
-}
-
-// multi_root_tile_reduce: tile k of every rank folds into roots[k]'s out_tile; a rank is the
-// root of one tile at most; every rank takes part in all (one pair of barriers).
-void multiRootTileReduce(at::TensorList inTiles, at::Tensor& outTile, at::IntArrayRef roots,
-                         std::string groupName, std::string reduceOp) {
-  const char* name = "multi_root_tile_reduce";
-  TORCH_CHECK(!inTiles.empty(), "symm_mem.", name, " (xdev): no tiles");
-  TORCH_CHECK(roots.size() == inTiles.size(), "symm_mem.", name, " (xdev): ", inTiles.size(),
-              " tiles but ", roots.size(), " roots");
-  const Tile out = tileOf(name, "out_tile", outTile);
-  std::vector<c10::intrusive_ptr<XdevSymmetricMemory>> mems;
-  for (const at::Tensor& t : inTiles) mems.push_back(symmetricMemoryOf(t, groupName));
-  const int world = mems[0]->get_world_size(), me = mems[0]->get_rank();
-  int mine = -1;
-  for (size_t k = 0; k < inTiles.size(); ++k) {
-    checkTileOut(name, inTiles[k], outTile);
-    tileOf(name, "every in_tile", inTiles[k]);
-    TORCH_CHECK(roots[k] >= 0 && roots[k] < world, "symm_mem.", name, " (xdev): root ", roots[k],
-                " is not a rank of group ", groupName, " (", world, " ranks)");
-    if (roots[k] != me) continue;
-    TORCH_CHECK(mine < 0, "symm_mem.", name, " (xdev): rank ", me, " is the root of tiles ", mine,
-                " and ", k, " (a rank is the root of one tile at most)");
-    mine = static_cast<int>(k);
-  }
-  auto sync = mems[0];  // every rank's barriers on one buffer's signal pad
-  if (mine < 0) {
-    sync->enqueue([sync] {
-      sync->barrierNow(0, 0);
-      sync->barrierNow(0, 0);
-    });
-    return;
-  }
-  auto m = mems[mine];
-  const Tile in = tileOf(name, "in_tile", inTiles[mine]);
-  const size_t at = tilePlace(name, *m, inTiles[mine], in);
-  const SymmFold f = symmFoldOf(name, outTile, reduceOp);
-  const size_t elem = outTile.element_size();
-  char* dst = static_cast<char*>(outTile.data_ptr());
-  const size_t extent =
-      outTile.numel() == 0 ? 0 : ((out.rows - 1) * out.s0 + (out.cols - 1) * out.s1 + 1) * elem;
-  bool aside = false;
-  for (auto& mm : mems) aside = aside || insideAnyBuffer(*mm, dst, extent);
-  m->enqueue([m, sync, at, in, out, dst, elem, f, aside] {
-    tileFold(*m, at, in, dst, out, elem, f, aside, *sync);
-  });
-}
-
 // 32-bit stores at uint32 offsets of a tensor, on the current stream (the signals of torch's
 // fused all-gather-matmul).
 void symmStore32(const char* name, at::Tensor& t, int64_t offset, int64_t val, int64_t count) {
@@ -440,19 +287,6 @@ at::Tensor streamWriteValue32(at::Tensor& input, int64_t offset, int64_t val) {
   return input;
 }
 
-// Registered when the extension loads, one op at a time: torch checks each kernel's C++
-// signature against the other backends' kernels of the op (CUDA's, in a CUDA build), and a
-// release whose signature differs must cost that op on xdev, not the import of torch_xccl.
-template <typename F>
-void symmImpl(torch::Library& lib, const char* op, F* fn) {
-  try {
-    lib.impl(op, fn);
-  } catch (const std::exception& e) {
-    TORCH_WARN("torch_xccl: symm_mem.", op,
-               " is not available on xdev with this torch: ", e.what());
-  }
-}
-
 [[maybe_unused]] const bool kSymmOpsRegistered = [] {
   static torch::Library lib(torch::Library::IMPL, "symm_mem", c10::DispatchKey::PrivateUse1,
                             __FILE__, __LINE__);
@@ -463,8 +297,6 @@ void symmImpl(torch::Library& lib, const char* op, F* fn) {
   symmImpl(lib, "two_shot_all_reduce_", twoShotInPlace);
   symmImpl(lib, "two_shot_all_reduce_out", twoShotOut);
   symmImpl(lib, "reduce_scatter_out", reduceScatterOut);
-  symmImpl(lib, "tile_reduce", tileReduce);
-  symmImpl(lib, "multi_root_tile_reduce", multiRootTileReduce);
   symmImpl(lib, "memset32_", memset32);
   symmImpl(lib, "stream_write_value32_", streamWriteValue32);
   return true;
