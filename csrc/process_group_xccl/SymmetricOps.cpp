@@ -1,6 +1,7 @@
 // SymmetricOps.cpp — torch.ops.symm_mem on xdev (PrivateUse1): the one-shot and two-shot
-// allreduces over symmetric memory, reduce_scatter_out, the 32-bit stores torch's fused ops
-// signal with, and the helpers every symm_mem kernel here shares (SymmetricOps.hpp).
+// allreduces over symmetric memory (and the multimem ops, which give their results: xdev has
+// no multicast), reduce_scatter_out, the 32-bit stores torch's fused ops signal with, and
+// the helpers every symm_mem kernel here shares (SymmetricOps.hpp).
 //
 // torch defines these ops' schemas (and meta kernels) and registers kernels for CUDA only;
 // these are the xdev kernels. Each runs on the current xdev stream as one host function:
@@ -141,13 +142,22 @@ bool insideAnyBuffer(XdevSymmetricMemory& m, const char* p, size_t bytes) {
 
 namespace {
 
-at::Tensor oneShotOut(const at::Tensor& input, std::string reduceOp, std::string groupName,
-                      at::Tensor out) {
-  const char* name = "one_shot_all_reduce";
+// Every rank's (root < 0) or the root's out = the fold of every rank's input.
+at::Tensor oneShotTo(const char* name, const at::Tensor& input, const std::string& reduceOp,
+                     const std::string& groupName, at::Tensor out, int64_t root) {
   auto m = symmetricMemoryOf(input, groupName);
   const size_t at = symmPlace(name, *m, input);
   symmCheckOut(name, input, out);
   const SymmFold f = symmFoldOf(name, input, reduceOp);
+  TORCH_CHECK(root < m->get_world_size(), "symm_mem.", name, " (xdev): root ", root,
+              " is not a rank of group ", groupName, " (", m->get_world_size(), " ranks)");
+  if (root >= 0 && root != m->get_rank()) {  // takes part: no rank changes its input early
+    m->enqueue([m] {
+      m->barrierNow(0, 0);
+      m->barrierNow(0, 0);
+    });
+    return out;
+  }
   const size_t count = input.numel(), elem = input.element_size();
   char* dst = static_cast<char*>(out.data_ptr());
   // An out inside any rank's buffer (its own, or a peer's through get_buffer) would change
@@ -161,6 +171,27 @@ at::Tensor oneShotOut(const at::Tensor& input, std::string reduceOp, std::string
     if (aside) std::memcpy(dst, scratch.data(), scratch.size());
   });
   return out;
+}
+
+at::Tensor oneShotOut(const at::Tensor& input, std::string reduceOp, std::string groupName,
+                      at::Tensor out) {
+  return oneShotTo("one_shot_all_reduce", input, reduceOp, groupName, out, -1);
+}
+
+// xdev has no multicast: the multimem ops give the results of one-shot and two-shot.
+at::Tensor multimemOneShotOut(const at::Tensor& input, std::string reduceOp, std::string groupName,
+                              at::Tensor out) {
+  return oneShotTo("multimem_one_shot_all_reduce", input, reduceOp, groupName, out, -1);
+}
+
+at::Tensor multimemOneShot(const at::Tensor& input, std::string reduceOp, std::string groupName) {
+  return multimemOneShotOut(input, reduceOp, groupName, at::empty_like(input));
+}
+
+at::Tensor multimemReduceOut(const at::Tensor& input, std::string reduceOp, int64_t root,
+                             std::string groupName, at::Tensor out) {
+  TORCH_CHECK(root >= 0, "symm_mem.multimem_one_shot_reduce_out (xdev): root ", root, " < 0");
+  return oneShotTo("multimem_one_shot_reduce_out", input, reduceOp, groupName, out, root);
 }
 
 at::Tensor oneShot(const at::Tensor& input, std::string reduceOp, std::string groupName) {
@@ -215,6 +246,10 @@ at::Tensor twoShotInPlace(at::Tensor input, std::string reduceOp, std::string gr
   auto m = symmetricMemoryOf(input, groupName);
   twoShot(*m, input, reduceOp, nullptr);
   return input;
+}
+
+at::Tensor multimemAllReduce(at::Tensor input, std::string reduceOp, std::string groupName) {
+  return twoShotInPlace(input, reduceOp, groupName);
 }
 
 at::Tensor twoShotOut(at::Tensor input, std::string reduceOp, std::string groupName,
@@ -297,6 +332,10 @@ at::Tensor streamWriteValue32(at::Tensor& input, int64_t offset, int64_t val) {
   symmImpl(lib, "two_shot_all_reduce_", twoShotInPlace);
   symmImpl(lib, "two_shot_all_reduce_out", twoShotOut);
   symmImpl(lib, "reduce_scatter_out", reduceScatterOut);
+  symmImpl(lib, "multimem_all_reduce_", multimemAllReduce);
+  symmImpl(lib, "multimem_one_shot_all_reduce", multimemOneShot);
+  symmImpl(lib, "multimem_one_shot_all_reduce_out", multimemOneShotOut);
+  symmImpl(lib, "multimem_one_shot_reduce_out", multimemReduceOut);
   symmImpl(lib, "memset32_", memset32);
   symmImpl(lib, "stream_write_value32_", streamWriteValue32);
   return true;

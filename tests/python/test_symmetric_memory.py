@@ -89,3 +89,17 @@ def test_tile_reduce_and_multi_root_tile_reduce_equal_the_cpu_fold():
         assert "root 3 is not a rank of group" in r["root"], r
         assert "out_tile must be a Float tile of [2, 10]" in r["shape"], r
         assert "in_tile must be 2-D, got 1 dimensions" in r["dims"], r
+
+
+@pytest.mark.timeout(120)
+def test_multimem_ops_and_get_remote_tensors_give_the_folds_and_the_peers_values():
+    for r in run_world(w.multimem_and_remote, 3, timeout=110, device_id="xdev"):
+        assert r == {"one_shot": True, "reduce_out": True, "all_gather": True,
+                     "remote": [True, True, True], "all_reduce_": True}, r
+
+
+@pytest.mark.timeout(120)
+def test_all_to_all_vdev_dispatch_and_combine_move_rows_where_the_splits_say():
+    for r in run_world(w.shuffles, 3, timeout=110, device_id="xdev"):
+        assert r["1d"] and r["2d"] and r["combine"], r
+        assert "into an out of 1 rows" in r["small"], r

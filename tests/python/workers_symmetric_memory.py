@@ -257,3 +257,110 @@ def tiles(rank, world):
         buf[0], torch.empty(10, device=dev), 0, name))
     torch.xdev.synchronize(dev)
     return out
+
+
+def multimem_and_remote(rank, world):
+    """The multimem ops (no multicast on xdev: the one-shot / two-shot results) and
+    get_remote_tensors, against the CPU fold and every rank's values."""
+    dev = _dev(rank)
+    name = dist.group.WORLD.group_name
+    parts = _inputs(world, 1000, torch.float32, seed=31)
+    buf = symm_mem.empty(1000, device=dev)
+    symm_mem.rendezvous(buf, name)
+    buf.copy_(parts[rank].to(dev))
+    want = _fold(parts, "sum")
+    out = {}
+    out["one_shot"] = bool(torch.equal(
+        torch.ops.symm_mem.multimem_one_shot_all_reduce(buf, "sum", name).cpu(), want))
+    dst = torch.full((1000,), -1.0, device=dev)
+    torch.ops.symm_mem.multimem_one_shot_reduce_out(buf, "sum", 1, name, dst)
+    out["reduce_out"] = bool(torch.equal(dst.cpu(), want if rank == 1 else torch.full((1000,), -1.0)))
+    gathered = torch.empty(1000 * world, device=dev)
+    torch.ops.symm_mem.multimem_all_gather_out(buf, name, gathered)
+    out["all_gather"] = bool(torch.equal(gathered.cpu(), torch.cat(parts)))
+    view = buf[10:20]
+    remote = torch.ops.symm_mem.get_remote_tensors(view, name)
+    torch.xdev.synchronize(dev)
+    out["remote"] = [bool(torch.equal(t.cpu(), parts[r][10:20])) for r, t in enumerate(remote)]
+    torch.ops.symm_mem.multimem_all_reduce_(buf, "sum", name)
+    out["all_reduce_"] = bool(torch.equal(buf.cpu(), want))
+    return out
+
+
+def _splits_for(rank, world, ne):
+    """Rows rank sends to (peer, expert), rank-major, different on every rank."""
+    g = torch.Generator().manual_seed(100 + rank)
+    return torch.randint(0, 5, (world * ne,), generator=g)
+
+
+def shuffles(rank, world):
+    """all_to_all_vdev, _2d (dispatch to experts, padded) and _2d_offset (the combine that
+    brings every token back): rows tagged with (sender, row) land where the splits say."""
+    dev = _dev(rank)
+    name = dist.group.WORLD.group_name
+    ne, align, cols = 2, 4, 3
+    all_splits = [_splits_for(r, world, ne) for r in range(world)]
+    inp = symm_mem.empty(64, cols, device=dev)
+    symm_mem.rendezvous(inp, name)
+    tagged = torch.tensor([[rank * 1000 + i, i, -i] for i in range(64)], dtype=torch.float32)
+    inp.copy_(tagged.to(dev))
+    out = {}
+    # 1-D: peer p gets the sum over experts of what this rank sends it.
+    s1 = symm_mem.empty(world, dtype=torch.int64, device=dev)
+    symm_mem.rendezvous(s1, name)
+    s1.copy_(all_splits[rank].view(world, ne).sum(1).to(dev))
+    o1 = torch.full((64 * world, cols), -7.0, device=dev)
+    so1 = torch.empty(2, world, dtype=torch.int64, device=dev)
+    torch.ops.symm_mem.all_to_all_vdev(inp, o1, s1, so1, name)
+    torch.xdev.synchronize(dev)
+    got, want_rows, at = so1.cpu(), [], 0
+    ok = True
+    for s in range(world):
+        sp = all_splits[s].view(world, ne).sum(1)
+        n, start = int(sp[rank]), int(sp[:rank].sum())
+        ok &= int(got[0][s]) == n and int(got[1][s]) == at
+        want_rows.append(torch.tensor([[s * 1000 + i, i, -i] for i in range(start, start + n)],
+                                      dtype=torch.float32).view(-1, cols))
+        at += n
+    ok &= bool(torch.equal(o1.cpu()[:at], torch.cat(want_rows)))
+    out["1d"] = ok
+    # 2-D dispatch: expert-major out, each expert's rows padded to `align`.
+    s2 = symm_mem.empty(world * ne, dtype=torch.int64, device=dev)
+    symm_mem.rendezvous(s2, name)
+    s2.copy_(all_splits[rank].to(dev))
+    o2 = symm_mem.empty(64 * world + align * ne, cols, device=dev)
+    symm_mem.rendezvous(o2, name)
+    o2.fill_(-7.0)
+    so2 = symm_mem.empty(2, world * ne, dtype=torch.int64, device=dev)
+    symm_mem.rendezvous(so2, name)
+    torch.ops.symm_mem.all_to_all_vdev_2d(inp, o2, s2, so2, name, major_align=align)
+    torch.xdev.synchronize(dev)
+    got, ok, at = so2.cpu(), True, 0
+    for e in range(ne):
+        base = at
+        for s in range(world):
+            sp = all_splits[s]
+            i = rank * ne + e
+            n, start = int(sp[i]), int(sp[:i].sum())
+            ok &= int(got[0][e * world + s]) == n and int(got[1][e * world + s]) == at
+            rows = o2.cpu()[at:at + n]
+            ok &= all(int(rows[k][0]) == s * 1000 + start + k for k in range(n))
+            at += n
+        length = at - base
+        at = base + max((length + align - 1) // align * align, align)
+    out["2d"] = ok
+    # 2-D combine: send every received split back to where it came from.
+    back = symm_mem.empty(64, cols, device=dev)
+    symm_mem.rendezvous(back, name)
+    back.fill_(-7.0)
+    so3 = torch.empty(2, world * ne, dtype=torch.int64, device=dev)
+    torch.ops.symm_mem.all_to_all_vdev_2d_offset(o2, back, so2, so3, name)
+    torch.xdev.synchronize(dev)
+    total = int(all_splits[rank].sum())
+    out["combine"] = bool(torch.equal(back.cpu()[:total], tagged[:total])) and bool(
+        torch.equal(so3.cpu()[0], all_splits[rank]))
+    # Too small an out: the stream fails with the reason.
+    small = torch.empty(1, cols, device=dev)
+    torch.ops.symm_mem.all_to_all_vdev(inp, small, s1, so1, name)
+    out["small"] = _error(lambda: torch.xdev.synchronize(dev))
+    return out
