@@ -35,7 +35,10 @@ xdevError_t xdevReduceAsync(void* dst, const void* a, const void* b, size_t coun
     auto s = Runtime::get().stream(stream);
     xdev::checkReduce(dtype, op);
     checkOperands(count, {dst, a, b});
-    if (count > 0) s->enqueue([=] { xdev::reduceKernel(dst, a, b, count, dtype, op); });
+    if (count > 0) {
+      s->enqueue([=] { xdev::reduceKernel(dst, a, b, count, dtype, op); }, true,
+                 {"reduce", xdevActivityKernel, 0, 0});
+    }
     return xdevSuccess;
   });
 }
@@ -48,7 +51,8 @@ xdevError_t xdevScaleAsync(void* dst, const void* src, size_t count, xdevDataTyp
     checkOperands(count, {dst, src});
     uint64_t scalar = loadScalar(hostScalar, dtype);
     if (count > 0) {
-      s->enqueue([=] { xdev::scaleKernel(dst, src, count, dtype, &scalar); });
+      s->enqueue([=] { xdev::scaleKernel(dst, src, count, dtype, &scalar); }, true,
+                 {"scale", xdevActivityKernel, 0, 0});
     }
     return xdevSuccess;
   });
@@ -60,7 +64,10 @@ xdevError_t xdevDivideAsync(void* dst, size_t count, xdevDataType_t dtype, int64
     auto s = Runtime::get().stream(stream);
     xdev::checkDivide(dtype, divisor);
     checkOperands(count, {dst});
-    if (count > 0) s->enqueue([=] { xdev::divideKernel(dst, count, dtype, divisor); });
+    if (count > 0) {
+      s->enqueue([=] { xdev::divideKernel(dst, count, dtype, divisor); }, true,
+                 {"divide", xdevActivityKernel, 0, 0});
+    }
     return xdevSuccess;
   });
 }

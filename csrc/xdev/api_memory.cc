@@ -99,13 +99,28 @@ xdevError_t xdevPointerGetAttributes(xdevPointerAttributes* attr, const void* pt
   });
 }
 
+// The activity record's name of a copy: which sides are device memory.
+const char* copyName(xdev::Memory& m, const void* dst, const void* src) {
+  const bool d = m.attributes(dst).type == xdevMemoryTypeDevice;
+  const bool s = m.attributes(src).type == xdevMemoryTypeDevice;
+  return s ? (d ? "Memcpy DtoD" : "Memcpy DtoH") : (d ? "Memcpy HtoD" : "Memcpy HtoH");
+}
+
+xdev::activity::Label copyLabel(xdev::Memory& m, const void* dst, const void* src, size_t bytes) {
+  if (!xdev::activity::enabled()) return {};
+  return {copyName(m, dst, src), xdevActivityMemcpy, bytes, 0};
+}
+
 xdevError_t xdevMemcpyAsync(void* dst, const void* src, size_t bytes, xdevMemcpyKind kind,
                             xdevStream_t stream) {
   return api("xdevMemcpyAsync", [&] {
     Runtime& rt = Runtime::get();
     auto s = rt.stream(stream);
     checkCopy(rt.memory(), dst, src, bytes, kind);
-    if (bytes > 0) s->enqueue([=] { std::memmove(dst, src, bytes); });
+    if (bytes > 0) {
+      s->enqueue([=] { std::memmove(dst, src, bytes); }, true,
+                 copyLabel(rt.memory(), dst, src, bytes));
+    }
     return xdevSuccess;
   });
 }
@@ -120,7 +135,8 @@ xdevError_t xdevMemcpy(void* dst, const void* src, size_t bytes, xdevMemcpyKind 
       std::memmove(dst, src, bytes);
       return xdevSuccess;
     }
-    const uint64_t pos = s->enqueue([=] { std::memmove(dst, src, bytes); });
+    const uint64_t pos = s->enqueue([=] { std::memmove(dst, src, bytes); }, true,
+                                    copyLabel(rt.memory(), dst, src, bytes));
     s->waitFor(pos);
     s->check(pos);
     return xdevSuccess;
@@ -132,7 +148,10 @@ xdevError_t xdevMemsetAsync(void* dst, int value, size_t bytes, xdevStream_t str
     Runtime& rt = Runtime::get();
     auto s = rt.stream(stream);
     rt.memory().checkRange(dst, bytes, true, "dst");
-    if (bytes > 0) s->enqueue([=] { std::memset(dst, value, bytes); });
+    if (bytes > 0) {
+      s->enqueue([=] { std::memset(dst, value, bytes); }, true,
+                 {"Memset", xdevActivityMemset, bytes, 0});
+    }
     return xdevSuccess;
   });
 }

@@ -121,17 +121,27 @@ xdevError_t xdevStreamGetPriority(xdevStream_t stream, int* priority) {
 xdevError_t xdevLaunchHostFunc(xdevStream_t stream, xdevHostFn_t fn, void* userData) {
   return api("xdevLaunchHostFunc", [&] {
     XDEV_REQUIRE(fn != nullptr, xdevErrorInvalidValue, "fn is NULL");
-    Runtime::get().stream(stream)->enqueue([fn, userData] { fn(userData); });
+    Runtime::get().stream(stream)->enqueue([fn, userData] { fn(userData); }, true,
+                                           {"host function", xdevActivityHostFunction, 0, 0});
     return xdevSuccess;
   });
 }
 
 xdevError_t xdevStreamHold(xdevStream_t stream, xdevHold_t* hold) {
+  return xdevStreamHoldNamed(stream, hold, nullptr);
+}
+
+xdevError_t xdevStreamHoldNamed(xdevStream_t stream, xdevHold_t* hold, const char* name) {
   return api("xdevStreamHold", [&] {
     XDEV_REQUIRE(hold != nullptr, xdevErrorInvalidValue, "hold is NULL");
     auto h = std::make_unique<HoldImpl>();
     h->stream = Runtime::get().stream(stream);
     h->gate = std::make_shared<xdev::Gate>();
+    if (xdev::activity::enabled()) {
+      h->gate->name = name != nullptr ? name : "";
+      h->gate->enqueuedNs = xdev::activity::nowNs();
+      h->gate->externalId = xdev::activity::externalId();
+    }
     h->stream->enqueueGate(h->gate);
     *hold = reinterpret_cast<xdevHold_t>(h.release());
     return xdevSuccess;

@@ -1,6 +1,8 @@
 // The stream worker: runs tasks in order, records a task that throws as a launch failure.
 #include "stream.h"
 
+#include <algorithm>
+
 #include "report.h"
 #include "status.h"
 
@@ -38,6 +40,7 @@ void Stream::takeDueLocked(std::vector<Watch>& due) {
 
 void Stream::countOneLocked(std::unique_lock<std::mutex>& lock) {
   ++completed_;
+  if (activity::enabled()) lastDoneNs_ = activity::nowNs();
   doneCv_.notify_all();
   std::vector<Watch> due;
   takeDueLocked(due);
@@ -76,7 +79,12 @@ void Stream::countItemLocked(const Item& item) {
   }
 }
 
-uint64_t Stream::enqueue(Task task, bool skippable) {
+uint64_t Stream::enqueue(Task task, bool skippable, activity::Label label) {
+  if (label.name != nullptr && activity::enabled()) {
+    label.externalId = activity::externalId();
+  } else {
+    label.name = nullptr;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   XDEV_REQUIRE(!(skippable && failedLocked()), xdevErrorStreamFailed, "stream ", id_,
                " has failed: ", failure_);
@@ -92,7 +100,7 @@ uint64_t Stream::enqueue(Task task, bool skippable) {
   }
   XDEV_REQUIRE(!stopping_, xdevErrorInvalidResourceHandle, "stream ", id_, " is being destroyed");
   if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
-  queue_.push_back(Item{std::move(task), nullptr, skippable});
+  queue_.push_back(Item{std::move(task), nullptr, skippable, label});
   uint64_t pos = ++enqueued_;
   lock.unlock();
   workCv_.notify_one();
@@ -107,7 +115,7 @@ uint64_t Stream::enqueueGate(const std::shared_ptr<Gate>& gate) {
     return pos;
   }
   XDEV_REQUIRE(!stopping_, xdevErrorInvalidResourceHandle, "stream ", id_, " is being destroyed");
-  queue_.push_back(Item{nullptr, gate, false});
+  queue_.push_back(Item{nullptr, gate, false, {}});
   return pos;
 }
 
@@ -122,6 +130,12 @@ void Stream::openGate(const std::shared_ptr<Gate>& gate, const std::string* why)
       gate->why = *why;
     }
     if (running_) return;  // the worker counts it after the task before it
+    // A recorded hold the stream was waiting at: from when it got there until now.
+    if (gate->enqueuedNs != 0 && !queue_.empty() && queue_.front().gate == gate) {
+      activity::record(gate->name.empty() ? "hold" : gate->name.c_str(), xdevActivityHold, device_,
+                       id_, std::max(gate->enqueuedNs, lastDoneNs_), activity::nowNs(),
+                       gate->externalId, 0);
+    }
     // Count the open gates at the head here, on the releasing thread: a host waiting on the
     // stream wakes from this thread, and the worker sleeps on unless a task follows.
     bool advanced = false;
@@ -252,7 +266,12 @@ void Stream::run() {
       running_ = true;
       lock.unlock();
       std::string why;
+      const int64_t t0 = item.label.name != nullptr ? activity::nowNs() : 0;
       bool ok = runTask(item.task, id_, &why);
+      if (item.label.name != nullptr) {
+        activity::record(item.label.name, item.label.kind, device_, id_, t0, activity::nowNs(),
+                         item.label.externalId, item.label.bytes);
+      }
       item.task = nullptr;  // release what it captured before the position counts as done
       lock.lock();
       running_ = false;

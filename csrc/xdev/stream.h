@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "activity.h"
 #include "xdev_runtime.h"
 
 namespace xdev {
@@ -35,6 +36,10 @@ struct Gate {
   bool open = false;  // guarded by the owning stream's mutex
   bool failed = false;
   std::string why;  // what failed, when failed
+  // Activity recording (activity.h): set when recording was on at xdevStreamHold.
+  std::string name;
+  int64_t enqueuedNs = 0;  // 0: not recorded
+  uint64_t externalId = 0;
 };
 
 class Stream {
@@ -52,7 +57,8 @@ class Stream {
   // refused with xdevErrorStreamFailed; queued behind a failure that comes later, it is
   // counted but not run, as a device does not run kernels after a fault. Bookkeeping tasks
   // (event timestamps) pass skippable = false and always run.
-  uint64_t enqueue(Task task, bool skippable = true);
+  // `label` names the task in the activity records while recording is on (activity.h).
+  uint64_t enqueue(Task task, bool skippable = true, activity::Label label = {});
   // Appends a gate: later positions are not reached until openGate(gate). The gate itself
   // needs no worker: openGate() counts it done when nothing runs before it.
   uint64_t enqueueGate(const std::shared_ptr<Gate>& gate);
@@ -104,6 +110,7 @@ class Stream {
     Task task;                   // or:
     std::shared_ptr<Gate> gate;  // a gate
     bool skippable = true;       // a task not run once the stream has failed
+    activity::Label label;       // name null: not recorded
   };
   // Counts the head item done (a failed gate fails the stream at its position).
   void countItemLocked(const Item& item);
@@ -122,6 +129,7 @@ class Stream {
   void countOneLocked(std::unique_lock<std::mutex>& lock);
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
+  int64_t lastDoneNs_ = 0;  // while recording: when the last position was done
   xdevError_t error_ = xdevSuccess;
   std::string thrown_;  // what the first host function that threw said
   // A task ran: ok, or it threw saying `why` (the first throw is kept as the sticky error).

@@ -156,7 +156,7 @@ TEST(CudaDevice, HoldKeepsLaterStreamWorkWaitingUntilResumed) {
   cudaStream_t s = nullptr;
   cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   for (int round = 0; round < 3; ++round) {  // the second and third reuse the first's flag
-    void* hold = gpu.streamHold(s);
+    void* hold = gpu.streamHold(s, "test");
     std::vector<unsigned char> ones(1 << 20, 1);
     DevBuf d(ones.size());
     cudaCheck(cudaMemcpyAsync(d.p, ones.data(), ones.size(), cudaMemcpyHostToDevice, s), "copy");

@@ -198,6 +198,15 @@ std::string Comm::describe() const {
                 topo::rankMatrix(topo_.system, topo_.places, topo_.plan));
 }
 
+// What a held stream shows for the operation in a device's activity records.
+static std::string holdLabel(const OpEntry& op) {
+  if (op.oneSided) return "xccl put/signal";
+  if (!op.colls.empty()) {
+    return strCat("xccl ", collName(op.colls.front().type), op.colls.size() > 1 ? " (group)" : "");
+  }
+  return "xccl send/recv";
+}
+
 uint64_t Comm::enqueue(OpEntry op) {
   xcclResult_t err = asyncError_.load();
   if (err != xcclSuccess) throw Error(toKind(err), lastError());
@@ -207,7 +216,7 @@ uint64_t Comm::enqueue(OpEntry op) {
   // Work the caller queues on the stream after this operation waits for it: the progress
   // thread resumes the stream when the operation is done (or failed, or dropped).
   try {
-    op.holdToken = device_->streamHold(stream);
+    op.holdToken = device_->streamHold(stream, holdLabel(op).c_str());
   } catch (...) {
     device_->streamRelease(op.streamToken);
     throw;

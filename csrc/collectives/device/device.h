@@ -95,7 +95,8 @@ class Device {
   // operation); the runtime's own blocking waits (an event) end only with the stream.
   virtual void streamWait(void* token, const std::atomic<bool>& abort) = 0;
   virtual void streamRelease(void* token) = 0;
-  virtual void* streamHold(xcclStream_t /*stream*/) { return nullptr; }
+  // `label` names the held span where the device records activity (xdev: "xccl allreduce").
+  virtual void* streamHold(xcclStream_t /*stream*/, const char* /*label*/) { return nullptr; }
   virtual void streamResume(void* /*token*/) {}
   // Instead of streamResume, for an operation that failed (or was dropped after a failure):
   // nothing queued on the stream after it may observe its outputs as a result. xdev fails

@@ -223,6 +223,42 @@ XDEV_API xdevError_t xdevHoldRelease(xdevHold_t hold);
  * or event that waits on it, reports the failure. Work before the hold is unaffected. */
 XDEV_API xdevError_t xdevHoldFail(xdevHold_t hold, const char* why);
 
+/* Named holds (addition): `name` (copied; NULL or "" for none) labels the held span in the
+ * activity records below, e.g. "xccl allreduce". */
+XDEV_API xdevError_t xdevStreamHoldNamed(xdevStream_t stream, xdevHold_t* hold, const char* name);
+
+/* ---- activity records (addition; what CUPTI's activity API is to CUDA) ----
+ * While enabled, every kernel, copy, memset and host function a stream runs, and every hold
+ * the stream waited at, is recorded with its start and end (nanoseconds since the Unix
+ * epoch, the clock torch's profiler uses), device, stream and the external id the enqueuing
+ * thread had pushed (0: none). Records wait in a buffer of XDEV_ACTIVITY_CAPACITY (default
+ * 1,000,000) until read; past that they are counted as dropped. Used by torch_xccl's Kineto
+ * plugin, so xdev work appears in torch.profiler traces. */
+typedef enum {
+  xdevActivityKernel = 1,
+  xdevActivityMemcpy = 2,
+  xdevActivityMemset = 3,
+  xdevActivityHostFunction = 4,
+  xdevActivityHold = 5
+} xdevActivityKind;
+typedef struct {
+  char name[64];
+  int kind; /* xdevActivityKind */
+  int device;
+  unsigned long long stream;     /* xdevStreamGetId's number */
+  long long startNs, endNs;      /* Unix epoch, ns */
+  unsigned long long externalId; /* xdevActivityPushExternalId's, at enqueue (0: none) */
+  unsigned long long bytes;      /* copies and memsets */
+} xdevActivityRecord;
+XDEV_API xdevError_t xdevActivityEnable(int enable); /* 1: record from now; 0: stop */
+/* The calling thread's id for what it enqueues next (a stack: push / pop). */
+XDEV_API xdevError_t xdevActivityPushExternalId(unsigned long long id);
+XDEV_API xdevError_t xdevActivityPopExternalId(void);
+/* Moves up to `capacity` records, oldest first, into out; *count gets how many; *dropped
+ * (may be NULL) how many were lost to a full buffer since the last read. */
+XDEV_API xdevError_t xdevActivityRead(xdevActivityRecord* out, size_t capacity, size_t* count,
+                                      unsigned long long* dropped);
+
 /* ---- events ----
  * An event belongs to the device current when it is created; it marks "all work queued on
  * the stream so far". Re-recording is allowed: queries, waits and elapsed times use the latest

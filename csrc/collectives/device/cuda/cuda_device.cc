@@ -363,7 +363,7 @@ void CudaDevice::streamRelease(void* token) {
   delete c;
 }
 
-void* CudaDevice::streamHold(xcclStream_t stream) {
+void* CudaDevice::streamHold(xcclStream_t stream, const char* /*label*/) {
   Timed t(statsOn_, stats_[kStatHold], 0);
   current();
   Hold* h = nullptr;

@@ -205,10 +205,10 @@ void XdevDevice::streamRelease(void* token) {
   delete t;
 }
 
-void* XdevDevice::streamHold(xcclStream_t stream) {
+void* XdevDevice::streamHold(xcclStream_t stream, const char* label) {
   DeviceScope scope(ordinal());  // NULL: this device's default stream
   xdevHold_t hold = nullptr;
-  check(xdevStreamHold(static_cast<xdevStream_t>(stream), &hold), "xdevStreamHold");
+  check(xdevStreamHoldNamed(static_cast<xdevStream_t>(stream), &hold, label), "xdevStreamHold");
   if (Stage* s = tlsStage) {  // the outputs back, behind the hold
     tlsStage = nullptr;
     std::vector<StageCopy> out = std::move(tlsStageOut);

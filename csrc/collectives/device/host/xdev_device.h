@@ -38,7 +38,7 @@ class XdevDevice : public HostDevice {
   void* streamCapture(xcclStream_t stream) override;
   void streamWait(void* token, const std::atomic<bool>& abort) override;
   void streamRelease(void* token) override;
-  void* streamHold(xcclStream_t stream) override;
+  void* streamHold(xcclStream_t stream, const char* label) override;
   bool streamOrdered() const override { return true; }
   void streamResume(void* token) override;
   void streamFail(void* token, const std::string& why) override;
