@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <vector>
 
+#include "common/param.h"
 #include "status.h"
 
 namespace xdev::activity {
@@ -25,14 +25,13 @@ struct Buffer {
   size_t capacity = 1000000;
 };
 
+// Records kept until read (docs/ENV.md).
+XCCL_PARAM(XdevActivityCapacity, "XDEV_ACTIVITY_CAPACITY", 1000000, 1, 1LL << 32)
+
 Buffer& buffer() {
   static Buffer* b = [] {
     auto* x = new Buffer();  // never destroyed: workers may record during exit
-    if (const char* env = std::getenv("XCCL_XDEV_ACTIVITY_CAPACITY")) {
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(env, &end, 10);
-      if (end != env && *end == '\0' && n > 0) x->capacity = static_cast<size_t>(n);
-    }
+    x->capacity = static_cast<size_t>(xcclParamXdevActivityCapacity());
     return x;
   }();
   return *b;
@@ -80,6 +79,7 @@ extern "C" {
 
 xdevError_t xdevActivityEnable(int enable) {
   return api("xdevActivityEnable", [&] {
+    xdev::activity::buffer();  // reads the capacity knob here, where a bad value is an error
     xdev::activity::gEnabled.store(enable != 0);
     return xdevSuccess;
   });

@@ -99,3 +99,17 @@ def test_profiler_shows_the_device_time_of_an_xdev_collective():
         assert r["cpu_ms"] < 100, r  # the host only queued it
     assert r0["device_ms"] >= 250, r0  # its stream waited for rank 1, 300 ms late
     assert r0["call_ms"] < 100, r0
+
+
+@pytest.mark.timeout(120)
+def test_kineto_traces_show_xdev_copies_and_the_collective_linked_to_their_ops():
+    r0, r1 = run_world(w.kineto_traced, 2, timeout=100, device_id="xdev")
+    for r in (r0, r1):
+        assert r["sum"] == 2.0, r
+        for key in ("Memcpy HtoD", "Memcpy DtoH", "xccl allreduce"):
+            assert r[key] is not None and r[key][0] == "DeviceType.XDEV", r
+        assert r["copy_op_ms"] > 0 and r["allreduce_op_ms"] > 0, r
+        assert r["trace"] == [("Memcpy DtoH", "gpu_memcpy"), ("Memcpy HtoD", "gpu_memcpy"),
+                              ("xccl allreduce", "kernel")], r
+        assert r["cpu_only_device_events"] == 0, r
+    assert r0["xccl allreduce"][1] >= 250, r0  # its stream waited for rank 1, 300 ms late

@@ -150,3 +150,47 @@ def profiled(rank, world, device="xdev"):
     r = rows["xccl:allreduce"]
     return {"device_ms": r.device_time_total / 1e3, "cpu_ms": r.cpu_time_total / 1e3,
             "call_ms": call_ms, "sum": float(t[0].item())}
+
+
+def kineto_traced(rank, world):
+    """torch.profiler (Kineto) with ProfilerActivity.PrivateUse1: xdev's copies and the
+    collective's hold (rank 1 is 300 ms late) are device events of the trace, each linked to
+    the CPU op that queued it, and rows of the exported Chrome trace."""
+    import json
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = torch.device("xdev", rank % 2)
+    t = torch.ones(1 << 16, device=dev)
+    dist.all_reduce(t)
+    torch.xdev.synchronize(dev)
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        x = torch.ones(1 << 18).to(dev)
+        if rank == 1:
+            time.sleep(0.3)
+        dist.all_reduce(x)
+        y = x.cpu()
+        torch.xdev.synchronize(dev)
+    rows = {e.key: e for e in prof.key_averages()}
+    out = {"sum": float(y[0].item())}
+    for key in ("Memcpy HtoD", "Memcpy DtoH", "xccl allreduce"):
+        e = rows.get(key)
+        out[key] = None if e is None else (str(e.device_type), e.self_device_time_total / 1e3)
+    # The CPU ops that queued them carry their device time.
+    out["allreduce_op_ms"] = rows["xccl:allreduce"].device_time_total / 1e3
+    out["copy_op_ms"] = rows["aten::_copy_from"].device_time_total / 1e3
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    out["trace"] = sorted({(e["name"], e["cat"]) for e in events
+                           if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")})
+    # A CPU-only trace records nothing of xdev's.
+    with profile(activities=[ProfilerActivity.CPU]) as cpu_only:
+        x.to("cpu")
+    out["cpu_only_device_events"] = sum(
+        1 for e in cpu_only.key_averages() if str(e.device_type) != "DeviceType.CPU")
+    return out
