@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -70,6 +72,13 @@ bool processGone(int pid, int64_t startTime) {
   if (pid <= 0 || processDead(pid)) return true;
   int64_t now = processStartTime(pid);
   return now < 0 || now != startTime;
+}
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 }  // namespace xccl

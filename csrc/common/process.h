@@ -23,4 +23,7 @@ int64_t processStartTime(int pid);
 // names has exited, or its pid now belongs to another process.
 bool processGone(int pid, int64_t startTime);
 
+// CPUs this process may run on (its affinity mask; at least 1).
+int usableCores();
+
 }  // namespace xccl

@@ -5,6 +5,7 @@
 // whose process dies, releases the peers waiting on its slot at once; and the result is the
 // rank-order fold.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,6 +137,44 @@ TEST(Slot, ADeadPeerIsNamedWithinMilliseconds) {
   ASSERT_EQ(status.size(), 2u);
   EXPECT_TRUE(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0);
   EXPECT_TRUE(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL);
+}
+
+// The slot path's limit depends on whether the host's ranks outnumber its cores. Ranks that
+// may run on different numbers of CPUs (one pinned to a single CPU) must still choose alike,
+// or a 32 KiB allreduce would take the slots on one rank and the engine on the other: each
+// rank decides from every rank's core count (the peer records), not its own.
+TEST(Slot, RanksWithDifferentCoreCountsChooseAlike) {
+  xccl_test::ScopedEnv unset("XCCL_SLOT_MAX", nullptr);
+  xcclUniqueId id;
+  xccl_test::check(xcclGetUniqueId(&id));
+  xccl_test::runProcesses(
+      2,
+      [&](int rank) {
+        if (rank == 1) {  // one CPU of those it may run on
+          cpu_set_t all, one;
+          ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+          CPU_ZERO(&one);
+          for (int c = 0; c < CPU_SETSIZE; ++c) {
+            if (CPU_ISSET(c, &all)) {
+              CPU_SET(c, &one);
+              break;
+            }
+          }
+          ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+        }
+        xcclComm_t comm = xccl_test::initProcessComm(id, 2, rank, 20000);
+        for (size_t count : {size_t{2048}, size_t{8192}, size_t{16384}, size_t{65536}}) {
+          Buf in(xcclFloat32, count), out(xcclFloat32, count);  // 8 to 256 KiB
+          for (size_t i = 0; i < count; ++i) in.set(i, rank + 1 + i % 7);
+          ASSERT_EQ(xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclSum, comm,
+                                  XCCL_STREAM_CALLER),
+                    xcclSuccess)
+              << count << ": " << xcclGetLastError(comm);
+          for (size_t i = 0; i < count; ++i) ASSERT_EQ(out.get(i), 3 + 2 * (i % 7)) << i;
+        }
+        xccl_test::check(xcclCommDestroy(comm));
+      },
+      60);
 }
 
 }  // namespace

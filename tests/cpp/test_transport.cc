@@ -105,9 +105,11 @@ TEST(PeerInfo, RoundTripsAndRejectsEveryTruncation) {
                     "host a\ndevices 8\n",
                     "10.1.2.3:6000 00ff",
                     "4242 9 1048576 8;4242 10"};
+  in.cores = 16;
   std::string wire = xccl::serializePeerInfo(in, xccl::kPeerFlagNoShm);
   uint32_t flags = 0;
   xccl::PeerInfo out = xccl::parsePeerInfo(wire, &flags);
+  EXPECT_EQ(out.cores, 16);
   EXPECT_EQ(out.rank, 3);
   EXPECT_EQ(out.pid, 4242);
   EXPECT_EQ(out.hostId, in.hostId);

@@ -132,6 +132,9 @@ struct Tuning {
           hierarchicalMin = 0, directTempMax = 0, recdoublingMinRanks = 0, rabenseifnerMinRanks = 0,
           rabenseifnerMax = 0, hierarchicalLogMinHosts = 0;
   size_t ringSlice = 0, chainChunk = 0;  // bytes per message; SIZE_MAX: uncut
+  // The largest allreduce the slot path takes (slot.h; 0: off): XCCL_SLOT_MAX, or by default
+  // chosen by the communicator for its host (setSlotMax), alike on every rank of the host.
+  size_t slotMax = 0;
   // XCCL_REPRODUCIBLE (or the communicator's config): reductions run only on algorithms
   // that fold in rank order (Algorithm::ordered).
   bool reproducible = false;
@@ -193,6 +196,7 @@ class Exchange {
   // Ranks outnumber this host's cores: a waiting engine yields its core from the first idle
   // poll instead of spinning (set by the communicator, XCCL_YIELD_WHEN_IDLE).
   void setYieldWhenIdle(bool on) { yieldWhenIdle_ = on; }
+  void setSlotMax(size_t bytes) { tuning_.slotMax = bytes; }
   bool yieldWhenIdle() const { return yieldWhenIdle_; }
   int hostOf(int rank) const { return hostOf_[rank]; }
   const Tuning& tuning() const { return tuning_; }

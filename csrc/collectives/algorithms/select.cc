@@ -93,7 +93,7 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
     const size_t size =
         args.type == CollType::kAllReduce || args.type == CollType::kReduce ? bytes : all;
     if (args.type == CollType::kReduceScatterv) return {"ordered"};
-    if (args.type == CollType::kAllReduce && bytes <= algo::slotMaxBytes()) {
+    if (args.type == CollType::kAllReduce && bytes <= t.slotMax) {
       return {"slot", "direct", "ordered"};
     }
     return bySize(size, small, "direct", "ordered");
@@ -103,8 +103,7 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
       const auto& hosts = ex.hosts();
       const bool multiHost = hosts.size() > 1;
       // One host, host memory: the slots (declines otherwise).
-      if (bytes <= algo::slotMaxBytes() && !multiHost &&
-          bytes <= static_cast<size_t>(t.allreduceDirectMax)) {
+      if (bytes <= t.slotMax && !multiHost && bytes <= static_cast<size_t>(t.allreduceDirectMax)) {
         return {"slot", "recdoubling", "direct", "ring"};
       }
       if (bytes <= static_cast<size_t>(t.allreduceDirectMax)) {
@@ -170,6 +169,7 @@ Tuning readTuning() {
   t.algoSpec = xcclParamAlgo();
   t.forced = parseForced(t.algoSpec);
   t.allreduceDirectMax = xcclParamAllreduceDirectMax();
+  t.slotMax = algo::slotMaxBytes(1, 1);  // a core per rank; the communicator sets its host's
   t.broadcastDirectMax = xcclParamBroadcastDirectMax();
   t.reduceDirectMax = xcclParamReduceDirectMax();
   t.allgatherDirectMax = xcclParamAllgatherDirectMax();

@@ -45,7 +45,8 @@
 namespace xccl {
 
 // The largest allreduce (bytes) the slot path takes, on one host in host memory; 0 = off.
-XCCL_PARAM(SlotMax, "SLOT_MAX", 8 << 10, 0, 16 << 20)
+// -1: chosen for the host (slotMaxBytes).
+XCCL_PARAM(SlotMax, "SLOT_MAX", -1, -1, 16 << 20)
 // 1 = never use shared memory between ranks (transport/connect.cc reads it too).
 XCCL_PARAM(ShmDisable, "SHM_DISABLE", 0, 0, 1)
 
@@ -108,7 +109,11 @@ void SlotAreaDeleter::operator()(SlotArea* a) const {
   delete a;
 }
 
-size_t slotMaxBytes() { return static_cast<size_t>(xcclParamSlotMax()); }
+size_t slotMaxBytes(int localRanks, int cores) {
+  const int64_t knob = xcclParamSlotMax();
+  if (knob >= 0) return static_cast<size_t>(knob);
+  return localRanks > cores ? size_t{64} << 10 : size_t{8} << 10;
+}
 
 void markSlotsFailed(SlotArea& area, const std::string& why) {
   if (area.mine == nullptr) return;
@@ -127,7 +132,7 @@ namespace {
 void setUp(Exchange& ex, SlotArea& area) {
   const int n = ex.nranks(), me = ex.rank();
   area.dev = &ex.device();
-  area.maxBytes = slotMaxBytes();
+  area.maxBytes = ex.tuning().slotMax;
   area.halfBytes = kLine + (area.maxBytes + kLine - 1) / kLine * kLine;
   area.total = kControl + 2 * area.halfBytes;
   Record rec;
@@ -239,7 +244,7 @@ void waitFor(Exchange& ex, const SlotArea& area, int peer, uint64_t call, const 
 bool slotSupports(const CollArgs& args, const Exchange& ex) {
   const SlotArea* area = ex.slotArea();
   return args.type == CollType::kAllReduce && ex.nranks() > 1 && ex.hosts().size() == 1 &&
-         args.count * dtypeSize(args.dtype) <= slotMaxBytes() && !ex.checksums() &&
+         args.count * dtypeSize(args.dtype) <= ex.tuning().slotMax && !ex.checksums() &&
          xcclParamShmDisable() == 0 && std::strcmp(ex.device().name(), "host") == 0 &&
          (area == nullptr || area->usable);
 }

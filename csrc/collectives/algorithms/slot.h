@@ -22,8 +22,14 @@ struct SlotAreaDeleter {
 };
 using SlotAreaPtr = std::unique_ptr<SlotArea, SlotAreaDeleter>;
 
-// The largest allreduce (bytes) a slot carries (XCCL_SLOT_MAX; 0: the slot path is off).
-size_t slotMaxBytes();
+// The largest allreduce (bytes) a slot carries on a host of `localRanks` ranks whose processes
+// may run on `cores` CPUs at least (0: the slot path is off): XCCL_SLOT_MAX when set, else
+// 8 KiB, or 64 KiB when the ranks outnumber the cores. Oversubscribed, every step an engine
+// schedule takes needs the peer it waits for to get a core; the slot's single meeting point
+// wins up to 64 KiB there (4 ranks on 2 cores: 16 KiB 11 against 14-42 us, 64 KiB 31-33
+// against 37-90 us), where with a core per rank the engine's pipelined copies win from
+// 16 KiB (BENCHMARKS.md section 22).
+size_t slotMaxBytes(int localRanks, int cores);
 // After a failure of this rank's communicator: its slots say so, so that a peer waiting on
 // them fails at once instead of at its deadline.
 void markSlotsFailed(SlotArea& area, const std::string& why);

@@ -143,6 +143,9 @@ struct PeerInfo {
   // Through a network plugin (XCCL_NET_PLUGIN): its listen handle and this set-up's nonce
   // (transport/net/connection.h); "" without a plugin.
   std::string net;
+  // CPUs this process may run on (usableCores()): with the ranks per host, whether a host's
+  // ranks outnumber its cores, which every rank of the host then decides alike.
+  int cores = 0;
 };
 
 // The host identity of this process: XCCL_NODE_ID if set, else hostname + boot id + network

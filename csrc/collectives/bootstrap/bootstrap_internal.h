@@ -12,9 +12,10 @@
 
 namespace xccl {
 
-// Wire form of PeerInfo: "XPI5", then rank, pid, flags and device ordinal (u32 LE), then eight
+// Wire form of PeerInfo: "XPI6", then rank, pid, flags and device ordinal (u32 LE), then eight
 // length-prefixed strings (host id, hostname, bus id, TCP address, topology, service, shm, net)
-// (u32 LE length + bytes; the topology text up to 64 KiB, the others up to 4 KiB). parsePeerInfo
+// (u32 LE length + bytes; the topology text up to 64 KiB, the others up to 4 KiB), then the
+// core count (u32 LE). parsePeerInfo
 // throws RemoteError on anything malformed (truncated, oversized field, trailing bytes) and never
 // reads out of bounds. `flags` carries per-rank transport choices that both ends of a pair must
 // agree on (bit 0: this rank has XCCL_SHM_DISABLE set).

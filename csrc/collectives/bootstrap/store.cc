@@ -228,7 +228,7 @@ std::string localHostId() {
 }
 
 std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {
-  std::string out = "XPI5";
+  std::string out = "XPI6";
   net::putU32(out, static_cast<uint32_t>(info.rank));
   net::putU32(out, static_cast<uint32_t>(info.pid));
   net::putU32(out, flags);
@@ -240,11 +240,12 @@ std::string serializePeerInfo(const PeerInfo& info, uint32_t flags) {
     net::putU32(out, static_cast<uint32_t>(s->size()));
     out += *s;
   }
+  net::putU32(out, static_cast<uint32_t>(info.cores));
   return out;
 }
 
 PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags) {
-  if (bytes.size() < 4 || bytes.compare(0, 4, "XPI5") != 0) {
+  if (bytes.size() < 4 || bytes.compare(0, 4, "XPI6") != 0) {
     throw RemoteError("malformed PeerInfo: bad magic");
   }
   Reader r(bytes, 4);
@@ -263,6 +264,8 @@ PeerInfo parsePeerInfo(const std::string& bytes, uint32_t* flags) {
   info.service = r.str();
   info.shm = r.str();
   info.net = r.str();
+  info.cores = static_cast<int>(r.u32());
+  if (info.cores < 0) throw RemoteError("malformed PeerInfo: negative core count");
   if (r.left() != 0) throw RemoteError("malformed PeerInfo: trailing bytes");
   return info;
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "collectives/algorithms/algorithm.h"
+#include "collectives/algorithms/slot.h"
 #include "collectives/device/device.h"
 #include "collectives/topology/detect.h"
 #include "collectives/topology/render.h"
@@ -17,6 +18,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "common/process.h"
 
 namespace xccl {
 
@@ -36,17 +38,6 @@ XCCL_PARAM(TopoDetect, "TOPO_DETECT", 1, 0, 1)
 // mpi_yield_when_idle): -1 when this communicator's ranks on this host outnumber the cores
 // this process may run on, 1 always, 0 never.
 XCCL_PARAM(YieldWhenIdle, "YIELD_WHEN_IDLE", -1, -1, 1)
-
-namespace {
-
-int usableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
-
-}  // namespace
 
 xcclConfig_t readConfig(const xcclConfig_t* config) {
   xcclConfig_t cfg = XCCL_CONFIG_INITIALIZER;
@@ -122,6 +113,15 @@ Comm::Comm(Store& store, int rank, int nranks, const std::string& secret,
   const int cores = usableCores();
   const int64_t yieldKnob = xcclParamYieldWhenIdle();
   yieldWhenIdle_ = yieldKnob < 0 ? local > cores : yieldKnob == 1;
+  // The slot path's size limit, alike on every rank of this host: from the peer records.
+  int hostCores = cores;
+  for (const PeerInfo& p : peers_.peers) {
+    if (p.hostId == hostIds[rank] && p.cores > 0) hostCores = std::min(hostCores, p.cores);
+  }
+  for (const PeerInfo& p : peers_.peers) {
+    if (p.hostId == hostIds[rank] && p.cores <= 0) hostCores = 0;  // unknown: the defaults
+  }
+  exchange_->setSlotMax(algo::slotMaxBytes(local, hostCores > 0 ? hostCores : local));
   exchange_->setYieldWhenIdle(yieldWhenIdle_);
   if (yieldWhenIdle_ && rank == 0) {
     XCCL_INFO(INIT, "comm ", name_, ": ", local, " rank(s) on this host, ", cores,

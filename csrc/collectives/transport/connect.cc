@@ -118,7 +118,8 @@ PeerSetup connectPeers(Store& store, int rank, int nranks, const std::string& se
                 hostTopology,
                 processService(),
                 setup.arena ? strCat(setup.arena->describe(), ";", setup.bell->describe()) : "",
-                ""};
+                "",
+                usableCores()};
   // With a network plugin, the remote pairs go through it: listen now, publish the handle.
   const xcclNet_v1_t* plugin = nranks > 1 ? net::activePlugin() : nullptr;
   std::unique_ptr<net::NetListener> netListener;
