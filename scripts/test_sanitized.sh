@@ -30,6 +30,6 @@ FORKS="$FORKS|ShmLane.CollectivesBetweenProcesses|HostId|TcpStripedOver3Sockets|
 FORKS="$FORKS|StoppedPeer|Heartbeat\\.|PeerRead\\.|RuntimeConnect\\.APeer|ReplacementProcess"
 FORKS="$FORKS|AMemberKilledBefore|AMemberStoppedBefore|Rank0KilledBefore|Rank0StoppedBefore"
 FORKS="$FORKS|AnInnerRankOfTheBootstrapTree|MemAlloc\\.HostProcesses|VectorColl\\.Processes"
-FORKS="$FORKS|Windows\\.PutsAround|Windows\\.AWaitForAPeer|Slot\\.ADeadPeer"
+FORKS="$FORKS|Windows\\.PutsAround|Windows\\.AWaitForAPeer|Windows\\.OnXdev|Slot\\.ADeadPeer|Slot\\.RanksWith"
 ctest --test-dir "$DIR" --output-on-failure --timeout 600 -j"$(nproc)" \
   -E "^(xdev\\.|CudaDevice|CudaColl)|$FORKS"
