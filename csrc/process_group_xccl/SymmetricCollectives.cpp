@@ -100,50 +100,24 @@ void checkTileOut(const char* name, const at::Tensor& in, const at::Tensor& out)
               " on ", out.device());
 }
 
-// tile_reduce: the root's out_tile = the fold of every rank's in_tile (a 2-D view, any
-// strides, of its symmetric buffer); the other ranks take part (their out_tile is untouched).
-void tileReduce(const at::Tensor& inTile, at::Tensor& outTile, int64_t root, std::string groupName,
-                std::string reduceOp) {
-  const char* name = "tile_reduce";
-  const Tile in = tileOf(name, "in_tile", inTile);
-  const Tile out = tileOf(name, "out_tile", outTile);
-  checkTileOut(name, inTile, outTile);
-  auto m = symmetricMemoryOf(inTile, groupName);
-  TORCH_CHECK(root >= 0 && root < m->get_world_size(), "symm_mem.", name, " (xdev): root ", root,
-              " is not a rank of group ", groupName, " (", m->get_world_size(), " ranks)");
-  const size_t at = tilePlace(name, *m, inTile, in);
-  const SymmFold f = symmFoldOf(name, inTile, reduceOp);
-  const size_t elem = inTile.element_size();
-  if (root != m->get_rank()) {
-    m->enqueue([m] {
-      m->barrierNow(0, 0);
-      m->barrierNow(0, 0);
-    });
-    return;
-  }
-  char* dst = static_cast<char*>(outTile.data_ptr());
-  const bool aside = insideAnyBuffer(*m, dst, tileBytes(out, elem));
-  m->enqueue([m, at, in, out, dst, elem, f, aside] {
-    tileFold(*m, at, in, dst, out, elem, f, aside, *m);
-  });
-}
-
-// multi_root_tile_reduce: tile k of every rank folds into roots[k]'s out_tile; a rank is the
-// root of one tile at most; every rank takes part in all (one pair of barriers).
-void multiRootTileReduce(at::TensorList inTiles, at::Tensor& outTile, at::IntArrayRef roots,
-                         std::string groupName, std::string reduceOp) {
-  const char* name = "multi_root_tile_reduce";
+// Tile k of every rank (a 2-D view, any strides, of its symmetric buffer) folds into
+// roots[k]'s out_tile; a rank is the root of one tile at most; every rank takes part (one
+// pair of barriers). tile_reduce is the one-tile case; the other ranks' out_tile is untouched.
+void reduceTiles(const char* name, at::TensorList inTiles, at::Tensor& outTile,
+                 at::IntArrayRef roots, const std::string& groupName, const std::string& reduceOp) {
   TORCH_CHECK(!inTiles.empty(), "symm_mem.", name, " (xdev): no tiles");
   TORCH_CHECK(roots.size() == inTiles.size(), "symm_mem.", name, " (xdev): ", inTiles.size(),
               " tiles but ", roots.size(), " roots");
-  const Tile out = tileOf(name, "out_tile", outTile);
   std::vector<c10::intrusive_ptr<XdevSymmetricMemory>> mems;
-  for (const at::Tensor& t : inTiles) mems.push_back(symmetricMemoryOf(t, groupName));
+  for (const at::Tensor& t : inTiles) {
+    tileOf(name, "in_tile", t);
+    checkTileOut(name, t, outTile);
+    mems.push_back(symmetricMemoryOf(t, groupName));
+  }
+  const Tile out = tileOf(name, "out_tile", outTile);
   const int world = mems[0]->get_world_size(), me = mems[0]->get_rank();
   int mine = -1;
   for (size_t k = 0; k < inTiles.size(); ++k) {
-    checkTileOut(name, inTiles[k], outTile);
-    tileOf(name, "every in_tile", inTiles[k]);
     TORCH_CHECK(roots[k] >= 0 && roots[k] < world, "symm_mem.", name, " (xdev): root ", roots[k],
                 " is not a rank of group ", groupName, " (", world, " ranks)");
     if (roots[k] != me) continue;
@@ -153,10 +127,7 @@ void multiRootTileReduce(at::TensorList inTiles, at::Tensor& outTile, at::IntArr
   }
   auto sync = mems[0];  // every rank's barriers on one buffer's signal pad
   if (mine < 0) {
-    sync->enqueue([sync] {
-      sync->barrierNow(0, 0);
-      sync->barrierNow(0, 0);
-    });
+    symmTakePart(sync);
     return;
   }
   auto m = mems[mine];
@@ -170,6 +141,16 @@ void multiRootTileReduce(at::TensorList inTiles, at::Tensor& outTile, at::IntArr
   m->enqueue([m, sync, at, in, out, dst, elem, f, aside] {
     tileFold(*m, at, in, dst, out, elem, f, aside, *sync);
   });
+}
+
+void tileReduce(const at::Tensor& inTile, at::Tensor& outTile, int64_t root, std::string groupName,
+                std::string reduceOp) {
+  reduceTiles("tile_reduce", {inTile}, outTile, {root}, groupName, reduceOp);
+}
+
+void multiRootTileReduce(at::TensorList inTiles, at::Tensor& outTile, at::IntArrayRef roots,
+                         std::string groupName, std::string reduceOp) {
+  reduceTiles("multi_root_tile_reduce", inTiles, outTile, roots, groupName, reduceOp);
 }
 
 // multimem_all_gather_out: out = every rank's input, in rank order (a copy from each mapped

@@ -140,6 +140,13 @@ bool insideAnyBuffer(XdevSymmetricMemory& m, const char* p, size_t bytes) {
   return false;
 }
 
+void symmTakePart(const c10::intrusive_ptr<XdevSymmetricMemory>& m) {
+  m->enqueue([m] {
+    m->barrierNow(0, 0);
+    m->barrierNow(0, 0);
+  });
+}
+
 namespace {
 
 // Every rank's (root < 0) or the root's out = the fold of every rank's input.
@@ -151,11 +158,8 @@ at::Tensor oneShotTo(const char* name, const at::Tensor& input, const std::strin
   const SymmFold f = symmFoldOf(name, input, reduceOp);
   TORCH_CHECK(root < m->get_world_size(), "symm_mem.", name, " (xdev): root ", root,
               " is not a rank of group ", groupName, " (", m->get_world_size(), " ranks)");
-  if (root >= 0 && root != m->get_rank()) {  // takes part: no rank changes its input early
-    m->enqueue([m] {
-      m->barrierNow(0, 0);
-      m->barrierNow(0, 0);
-    });
+  if (root >= 0 && root != m->get_rank()) {
+    symmTakePart(m);
     return out;
   }
   const size_t count = input.numel(), elem = input.element_size();

@@ -45,6 +45,10 @@ std::pair<size_t, size_t> symmSlice(size_t count, int world, int r);
 // written while peers read).
 bool insideAnyBuffer(XdevSymmetricMemory& m, const char* p, size_t bytes);
 
+// A rank with nothing of its own in an op: its two barriers, on the current stream, so that no
+// rank changes its buffer while a peer still reads it.
+void symmTakePart(const c10::intrusive_ptr<XdevSymmetricMemory>& m);
+
 // Registered when the extension loads, one op at a time: torch checks each kernel's C++
 // signature against the other backends' kernels of the op (CUDA's, in a CUDA build), and a
 // release whose signature differs must cost that op on xdev, not the import of torch_xccl.

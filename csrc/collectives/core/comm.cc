@@ -198,13 +198,22 @@ std::string Comm::describe() const {
                 topo::rankMatrix(topo_.system, topo_.places, topo_.plan));
 }
 
-// What a held stream shows for the operation in a device's activity records.
-static std::string holdLabel(const OpEntry& op) {
+// What a held stream shows for the operation in a device's activity records: names made once
+// (every enqueued operation asks, recording or not).
+static const char* holdLabel(const OpEntry& op) {
   if (op.oneSided) return "xccl put/signal";
-  if (!op.colls.empty()) {
-    return strCat("xccl ", collName(op.colls.front().type), op.colls.size() > 1 ? " (group)" : "");
-  }
-  return "xccl send/recv";
+  if (op.colls.empty()) return "xccl send/recv";
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v(2 * (static_cast<size_t>(kLastCollType) + 1));
+    for (size_t t = 1; t <= static_cast<size_t>(kLastCollType); ++t) {
+      const char* coll = collName(static_cast<CollType>(t));
+      v[2 * t] = strCat("xccl ", coll);
+      v[2 * t + 1] = strCat("xccl ", coll, " (group)");
+    }
+    return v;
+  }();
+  const size_t t = static_cast<size_t>(op.colls.front().type);
+  return names[2 * t + (op.colls.size() > 1 ? 1 : 0)].c_str();
 }
 
 uint64_t Comm::enqueue(OpEntry op) {
@@ -216,7 +225,7 @@ uint64_t Comm::enqueue(OpEntry op) {
   // Work the caller queues on the stream after this operation waits for it: the progress
   // thread resumes the stream when the operation is done (or failed, or dropped).
   try {
-    op.holdToken = device_->streamHold(stream, holdLabel(op).c_str());
+    op.holdToken = device_->streamHold(stream, holdLabel(op));
   } catch (...) {
     device_->streamRelease(op.streamToken);
     throw;
