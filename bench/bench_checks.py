@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""What TORCH_XCCL_ENABLE_TIMING and TORCH_XCCL_NAN_CHECK cost per all_reduce.
+"""What the timing, NaN-check, checksum and reproducible knobs cost per all_reduce.
 
 The knobs are read when a process group is made, so each rank makes one group per
-configuration (off, timing, nan-check) in the same processes, and the rounds interleave the
-groups: every configuration sees the same machine at the same moments. Reported: median
-microseconds per blocking float32 all_reduce over the rounds, and each configuration's
-difference to "off". The NaN check reads every input byte once more (a scan at memory
+configuration (off, and those named: TORCH_XCCL_ENABLE_TIMING, TORCH_XCCL_NAN_CHECK,
+XCCL_CHECKSUM, XCCL_REPRODUCIBLE) in the same processes, and the rounds interleave the
+groups: every configuration sees the same machine at the same moments (this
+machine's noise swings separate runs by +-30 %). Reported: median microseconds per blocking
+all_reduce over the rounds, each configuration's difference to "off", and the median of the
+per-round ratios to "off". The NaN check reads every input byte once more (a scan at memory
 speed) and adds one 4-byte allreduce; the physical floor of the scan is the size divided by
 this machine's read bandwidth (the `read` column, timed in the same run).
 
 Usage: python bench/bench_checks.py [--world-size 2] [--sizes 8 1M 64M] [--rounds 9]
+           [--dtype float32|bfloat16|float16|...] [--device cpu|xdev]
+           [--configs timing nan-check checksum reproducible no-peer-read]  (default: timing nan-check)
 """
 import argparse
 import datetime
@@ -29,10 +33,15 @@ CONFIGS = {
     "off": {},
     "timing": {"TORCH_XCCL_ENABLE_TIMING": "1"},
     "nan-check": {"TORCH_XCCL_NAN_CHECK": "1"},
+    "checksum": {"XCCL_CHECKSUM": "1"},
+    "reproducible": {"XCCL_REPRODUCIBLE": "1"},
+    # The rings without the single copy (which checksums turn off): checksums' own cost.
+    "no-peer-read": {"XCCL_PEER_READ": "0"},
 }
+DEFAULT_CONFIGS = ["off", "timing", "nan-check"]
 
 
-def rank_main(rank, world, port, q, sizes, rounds):
+def rank_main(rank, world, port, q, sizes, rounds, dtype, device, configs):
     try:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         torch.set_num_threads(1)
@@ -41,11 +50,20 @@ def rank_main(rank, world, port, q, sizes, rounds):
         timeout = datetime.timedelta(seconds=120)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=timeout)
+        if device == "xdev":
+            torch.xdev.set_device(rank % torch.xdev.device_count())
+            dev = torch.device("xdev", torch.xdev.current_device())
+        else:
+            dev = torch.device("cpu")
+        dt = getattr(torch, dtype)
         groups = {}
-        for name, env in CONFIGS.items():
+        for name in configs:
+            env = CONFIGS[name]
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
             groups[name] = dist.new_group(backend="xccl", timeout=timeout)
+            # Device communicators are made at their first collective: under this env too.
+            dist.all_reduce(torch.zeros(1, dtype=dt, device=dev), group=groups[name])
             for k, v in saved.items():
                 if v is None:
                     del os.environ[k]
@@ -53,9 +71,11 @@ def rank_main(rank, world, port, q, sizes, rounds):
                     os.environ[k] = v
         out = {}
         for size in sizes:
-            t = torch.ones(max(1, size // 4))
+            esize = torch.tensor([], dtype=dt).element_size()
+            t = torch.zeros(max(1, size // esize), dtype=dt, device=dev)  # sums stay finite
+            host = torch.zeros(max(1, size // esize), dtype=dt)  # the read floor, in host memory
             iters = max(3, min(200, (64 << 20) // max(size, 1) // 4))
-            times = {name: [] for name in CONFIGS}
+            times = {name: [] for name in configs}
             reads = []
             for g in groups.values():  # warm-up
                 for _ in range(3):
@@ -66,12 +86,17 @@ def rank_main(rank, world, port, q, sizes, rounds):
                     t0 = time.perf_counter()
                     for _ in range(iters):
                         dist.all_reduce(t, group=g)
+                    if device == "xdev":
+                        torch.xdev.synchronize()
                     times[name].append((time.perf_counter() - t0) / iters * 1e6)
                 t0 = time.perf_counter()
                 for _ in range(iters):
-                    t.sum()  # one read of the buffer: the scan's floor
+                    host.sum()  # one read of the buffer: the scan's floor
                 reads.append((time.perf_counter() - t0) / iters * 1e6)
             out[size] = {name: statistics.median(v) for name, v in times.items()}
+            out[size]["ratio"] = {
+                name: statistics.median(x / o for x, o in zip(v, times["off"]))
+                for name, v in times.items()}
             out[size]["read"] = statistics.median(reads)
         if rank == 0:
             q.put(out)
@@ -87,18 +112,26 @@ def main():
     ap.add_argument("--sizes", nargs="+", default=["8", "1M", "64M"])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--device", choices=["cpu", "xdev"], default="cpu")
+    ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS))
     args = ap.parse_args()
+    configs = ["off"] + [c for c in args.configs if c != "off"]
     sizes = [util.parse_bytes(s) for s in args.sizes]
-    res = launch(rank_main, args.world_size, (sizes, args.rounds), args.timeout)
-    print(f"{args.world_size} ranks, float32 all_reduce, median us per op over {args.rounds} "
-          "interleaved rounds")
-    print(f"{'size':>8} | {'off':>9} | {'timing':>9} {'(+)':>8} | {'nan-check':>9} {'(+)':>8} | "
-          f"{'read':>8}")
+    res = launch(rank_main, args.world_size,
+                 (sizes, args.rounds, args.dtype, args.device, configs), args.timeout)
+    print(f"{args.world_size} ranks, {args.dtype} all_reduce on {args.device}, median us per op "
+          f"over {args.rounds} interleaved rounds (+: the medians' difference; x: the median of "
+          "the per-round ratios)")
+    head = f"{'size':>8} | {'off':>9} | "
+    head += " | ".join(f"{c:>9} {'(+)':>8} {'(x)':>6}" for c in configs[1:])
+    print(head + f" | {'read':>8}")
     for size in sizes:
         r = res[size]
-        print(f"{util.fmt_bytes(size):>8} | {r['off']:9.1f} | {r['timing']:9.1f} "
-              f"{r['timing'] - r['off']:+8.1f} | {r['nan-check']:9.1f} "
-              f"{r['nan-check'] - r['off']:+8.1f} | {r['read']:8.1f}")
+        row = f"{util.fmt_bytes(size):>8} | {r['off']:9.1f} | "
+        row += " | ".join(f"{r[c]:9.1f} {r[c] - r['off']:+8.1f} {r['ratio'][c]:6.3f}"
+                          for c in configs[1:])
+        print(row + f" | {r['read']:8.1f}")
 
 
 if __name__ == "__main__":

@@ -121,20 +121,27 @@ struct Float8E5M2 {
 };
 
 namespace fp8 {
+// m >> shift (0 < shift < 32), rounded to nearest even.
+inline uint32_t shiftRounded(uint32_t m, int shift) {
+  const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  return q + (rem > half || (rem == half && (q & 1u)) ? 1u : 0u);
+}
 // Nearest-even rounding of |x| (a float's bits without the sign) to a format with `man`
 // mantissa bits and exponent bias `bias`, as a code; the caller handles what lies past the
 // format (a code whose exponent field overflows is that format's NaN or infinity pattern).
 inline uint32_t roundBits(uint32_t absu, int man, int bias) {
   const int e = static_cast<int>(absu >> 23) - 127;  // x = 1.m * 2^e when normal
   if (e < 1 - bias) {  // subnormal in the target (or zero): units of 2^(1 - bias - man)
-    const float scaled = floatOf(absu) * floatOf(static_cast<uint32_t>(127 + bias - 1 + man) << 23);
-    const float r = __builtin_nearbyintf(scaled);  // round half to even (default mode)
-    return static_cast<uint32_t>(r);               // may reach the smallest normal's code
+    // x = M * 2^(e - 23) with M the 24-bit significand, so x in units is M >> shift, rounded
+    // to nearest even (integers only: nearbyintf is a library call without SSE4.1). The
+    // result may reach the smallest normal's code. A float subnormal, or shift > 25
+    // (x under a quarter unit), is 0.
+    if (absu < 0x800000u) return 0;
+    const int shift = 23 + (1 - bias - man) - e;
+    if (shift > 25) return 0;
+    return shiftRounded((absu & 0x7fffffu) | 0x800000u, shift);
   }
-  const int shift = 23 - man;
-  uint32_t q = (absu & 0x7fffffu) >> shift;
-  const uint32_t rem = absu & ((1u << shift) - 1), half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1u))) ++q;
+  uint32_t q = shiftRounded(absu & 0x7fffffu, 23 - man);
   uint32_t ebits = static_cast<uint32_t>(e + bias);
   if (q == (1u << man)) {  // rounded up into the next binade
     q = 0;

@@ -6,10 +6,14 @@
 // eight lanes, each step two additions per vector.
 #include "sum64.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+
+#include "half.h"
+#include "half_vector.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -146,6 +150,40 @@ __attribute__((target("avx2"))) void addStepsAvx2(Sums& h, uint32_t s0, float* d
 }
 #endif
 
+#if defined(__x86_64__)
+// dst = a + b over `steps` whole steps of 16-bit floats (32 per step), hashing b's words as
+// stepsAvx2 does: b's step is loaded once as two vectors of words, and its halves again from
+// the first-level cache for the conversions.
+template <typename T>
+XCCL_HALF_VECTOR void addHalfStepsAvx2(Sums& h, uint32_t s0, uint16_t* dst, const uint16_t* a,
+                                       const uint16_t* b, size_t steps) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, p0 = a0, p1 = a0;
+  for (size_t t = 0; t < steps; ++t) {
+    const size_t e = t * 2 * kLanes;
+    const auto* in = reinterpret_cast<const __m256i*>(b + e);
+    const __m256i w0 = _mm256_loadu_si256(in);
+    const __m256i w1 = _mm256_loadu_si256(in + 1);
+    for (size_t q = 0; q < 2 * kLanes; q += 16) {
+      T::store2(dst + e + q, _mm256_add_ps(T::load(a + e + q), T::load(b + e + q)),
+                _mm256_add_ps(T::load(a + e + q + 8), T::load(b + e + q + 8)));
+    }
+    a0 = _mm256_add_epi32(a0, w0);
+    a1 = _mm256_add_epi32(a1, w1);
+    p0 = _mm256_add_epi32(p0, a0);
+    p1 = _mm256_add_epi32(p1, a1);
+  }
+  foldVectors(h, s0, steps, a0, a1, p0, p1);
+}
+#endif
+
+// dst[i] = a[i] + b[i] for 16-bit floats, one rounding per element (half.h).
+template <typename T>
+void addHalvesScalar(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    dst[i] = fromFloat(toFloat(T{a[i]}) + toFloat(T{b[i]}), static_cast<T*>(nullptr)).bits;
+  }
+}
+
 // The piece's cursor moved past k bytes.
 template <bool kCopy>
 void advance(size_t k, uint64_t& at, const unsigned char*& p, unsigned char*& dst, size_t& n) {
@@ -244,6 +282,45 @@ uint64_t sum64AddFloats(uint64_t h0, uint64_t at, float* dst, const float* a, co
 #endif
   for (; i < count; ++i) one(i);
   return pack(h);
+}
+
+uint64_t sum64AddHalves(uint64_t h0, uint64_t at, uint16_t* dst, const uint16_t* a,
+                        const uint16_t* b, size_t count, bool bf16) {
+  auto add = [bf16](uint16_t* d, const uint16_t* x, const uint16_t* y, size_t n) {
+    if (bf16) {
+      addHalvesScalar<BFloat16>(d, x, y, n);
+    } else {
+      addHalvesScalar<Half>(d, x, y, n);
+    }
+  };
+  // The head: elements up to b's first step boundary (all of them when b is not at an even
+  // offset of its message, or the vector loop cannot run here).
+  size_t head = count;
+#if defined(__x86_64__)
+  if (at % 2 == 0 && sum64Vector() && halfvec::available()) {
+    head = std::min(count, (kStepBytes - at % kStepBytes) % kStepBytes / 2);
+  }
+#endif
+  h0 = sum64Extend(h0, at, b, head * 2);
+  add(dst, a, b, head);
+  size_t i = head;
+#if defined(__x86_64__)
+  const size_t steps = (count - i) / (2 * kLanes);
+  if (steps > 0) {
+    Sums h = unpack(h0);
+    const auto s0 = static_cast<uint32_t>((at + 2 * i) / kStepBytes);
+    if (bf16) {
+      addHalfStepsAvx2<halfvec::BF16>(h, s0, dst + i, a + i, b + i, steps);
+    } else {
+      addHalfStepsAvx2<halfvec::F16>(h, s0, dst + i, a + i, b + i, steps);
+    }
+    h0 = pack(h);
+    i += steps * 2 * kLanes;
+  }
+#endif
+  h0 = sum64Extend(h0, at + 2 * i, b + i, (count - i) * 2);  // the tail
+  add(dst + i, a + i, b + i, count - i);
+  return h0;
 }
 
 uint64_t sum64Reference(uint64_t h0, uint64_t at, const void* p, size_t n) {

@@ -38,6 +38,12 @@ uint64_t sum64Copy(uint64_t h, uint64_t at, void* dst, const void* src, size_t n
 // received in the pass that reads it. The sums are IEEE single additions, as a plain loop's.
 uint64_t sum64AddFloats(uint64_t h, uint64_t at, float* dst, const float* a, const float* b,
                         size_t count);
+// The same for float16 (bf16 false) or bfloat16 (bf16 true) sums, each step widened to
+// float32 and rounded once, as the xdev kernels: dst, a and b hold count 16-bit values.
+// Whole 64-byte steps of b add and hash in one pass where the CPU has AVX2 and F16C; the
+// rest (the ends, or everything elsewhere) is hashed, then added.
+uint64_t sum64AddHalves(uint64_t h, uint64_t at, uint16_t* dst, const uint16_t* a,
+                        const uint16_t* b, size_t count, bool bf16);
 // The definition, one byte at a time (tests compare the fast paths with it).
 uint64_t sum64Reference(uint64_t h, uint64_t at, const void* p, size_t n);
 // Whether the AVX2 loop serves sum64Extend and sum64Copy here (for logs and benchmarks).

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common/half.h"
+#include "kernels_vector.h"
 #include "status.h"
 
 namespace xdev {
@@ -162,6 +163,28 @@ void divideTyped(void* dst, size_t n, int64_t divisor) {
   }
 }
 
+// The 16-bit floats: the vector loops (kernels_vector.h) take what they can, the portable
+// loops the rest (the tail, or everything on CPUs without AVX2 and F16C).
+template <typename T>
+void reduceSixteen(void* dst, const void* a, const void* b, size_t n, xdevDataType_t dtype,
+                   xdevRedOp_t op) {
+  const size_t done = reduceHalfVector(dst, a, b, n, dtype, op);
+  reduceTyped<T>(static_cast<T*>(dst) + done, static_cast<const T*>(a) + done,
+                 static_cast<const T*>(b) + done, n - done, op);
+}
+
+template <typename T>
+void scaleSixteen(void* dst, const void* src, size_t n, xdevDataType_t dtype, float s) {
+  const size_t done = scaleHalfVector(dst, src, n, dtype, s);
+  scaleTyped<T>(static_cast<T*>(dst) + done, static_cast<const T*>(src) + done, n - done, s);
+}
+
+template <typename T>
+void divideSixteen(void* dst, size_t n, xdevDataType_t dtype, int64_t divisor) {
+  const size_t done = divideHalfVector(dst, n, dtype, static_cast<float>(divisor));
+  divideTyped<T>(static_cast<T*>(dst) + done, n - done, divisor);
+}
+
 bool isFloat(int t) {
   return t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 || t == xdevBfloat16 ||
          t == xdevFloat8e4m3 || t == xdevFloat8e5m2;
@@ -242,9 +265,9 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDat
     case xdevInt64:
       return reduceTyped<int64_t>(dst, a, b, count, op);
     case xdevFloat16:
-      return reduceTyped<Half>(dst, a, b, count, op);
+      return reduceSixteen<Half>(dst, a, b, count, dtype, op);
     case xdevBfloat16:
-      return reduceTyped<BFloat16>(dst, a, b, count, op);
+      return reduceSixteen<BFloat16>(dst, a, b, count, dtype, op);
     case xdevFloat32:
       return reduceTyped<float>(dst, a, b, count, op);
     case xdevFloat64:
@@ -279,9 +302,9 @@ void scaleKernel(void* dst, const void* src, size_t count, xdevDataType_t dtype,
     case xdevInt64:
       return scaleTyped<int64_t>(dst, src, count, loadScalar<int64_t>(scalar));
     case xdevFloat16:
-      return scaleTyped<Half>(dst, src, count, toFloat(loadScalar<Half>(scalar)));
+      return scaleSixteen<Half>(dst, src, count, dtype, toFloat(loadScalar<Half>(scalar)));
     case xdevBfloat16:
-      return scaleTyped<BFloat16>(dst, src, count, toFloat(loadScalar<BFloat16>(scalar)));
+      return scaleSixteen<BFloat16>(dst, src, count, dtype, toFloat(loadScalar<BFloat16>(scalar)));
     case xdevFloat32:
       return scaleTyped<float>(dst, src, count, loadScalar<float>(scalar));
     case xdevFloat64:
@@ -312,9 +335,9 @@ void divideKernel(void* dst, size_t count, xdevDataType_t dtype, int64_t divisor
     case xdevInt64:
       return divideTyped<int64_t>(dst, count, divisor);
     case xdevFloat16:
-      return divideTyped<Half>(dst, count, divisor);
+      return divideSixteen<Half>(dst, count, dtype, divisor);
     case xdevBfloat16:
-      return divideTyped<BFloat16>(dst, count, divisor);
+      return divideSixteen<BFloat16>(dst, count, dtype, divisor);
     case xdevFloat32:
       return divideTyped<float>(dst, count, divisor);
     case xdevFloat64:

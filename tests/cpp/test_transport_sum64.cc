@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/half.h"
 #include "common/sum64.h"
 
 namespace {
@@ -108,6 +109,42 @@ TEST_P(Sum64Paths, AddingFloatsHashesWhatWasAddedAndAddsAsAPlainLoop) {
   std::vector<float> out(10);
   EXPECT_EQ(xccl::sum64AddFloats(0, 2, out.data(), a.data(), b.data(), 10),
             xccl::sum64Reference(0, 2, b.data(), 40));
+}
+
+// float16 and bfloat16 sums: b holds every kind of value the pattern's bytes make (NaNs,
+// infinities, subnormals); a is finite, so each result has one NaN operand at most and its
+// bits are defined. Results against half.h's scalar add, the hash against the definition.
+TEST_P(Sum64Paths, AddingHalvesHashesWhatWasAddedAndAddsAsThePortableLoop) {
+  const size_t kMax = 3000;
+  const auto raw = pattern(2 * kMax, 19);
+  std::vector<uint16_t> b(kMax), a(kMax);
+  std::memcpy(b.data(), raw.data(), raw.size());
+  for (bool bf16 : {false, true}) {
+    auto toBits = [bf16](float f) {
+      return bf16 ? xccl::fromFloat(f, static_cast<xccl::BFloat16*>(nullptr)).bits
+                  : xccl::fromFloat(f, static_cast<xccl::Half*>(nullptr)).bits;
+    };
+    auto toFloat = [bf16](uint16_t v) {
+      return bf16 ? xccl::toFloat(xccl::BFloat16{v}) : xccl::toFloat(xccl::Half{v});
+    };
+    for (size_t i = 0; i < kMax; ++i) a[i] = toBits(static_cast<float>(i) * 0.37f - 100.0f);
+    for (size_t at : {0, 2, 6, 62, 64, 66, 1024, 4096 + 12, 1}) {
+      for (size_t count : {0, 1, 31, 32, 33, 63, 64, 65, 100, 1000, 3000}) {
+        std::vector<uint16_t> out(count + 1, 0xEEEE), inPlace(a.begin(), a.begin() + count);
+        const uint64_t h = xccl::sum64AddHalves(3, at, out.data(), a.data(), b.data(), count, bf16);
+        EXPECT_EQ(h, xccl::sum64Reference(3, at, b.data(), count * 2))
+            << bf16 << " " << at << " " << count;
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out[i], toBits(toFloat(a[i]) + toFloat(b[i])))
+              << "bf16 " << bf16 << " at " << at << " count " << count << " element " << i;
+        }
+        EXPECT_EQ(out[count], 0xEEEE) << "nothing past the end";
+        EXPECT_EQ(
+            xccl::sum64AddHalves(3, at, inPlace.data(), inPlace.data(), b.data(), count, bf16), h);
+        EXPECT_EQ(std::memcmp(inPlace.data(), out.data(), count * 2), 0) << "dst == a";
+      }
+    }
+  }
 }
 
 TEST_P(Sum64Paths, PiecesCutAnywhereAddUpToTheWhole) {

@@ -144,13 +144,20 @@ void HostDevice::copyHashed(void* dst, const void* src, size_t bytes, CopyKind k
                     kind == CopyKind::kStagingToDeviceNoReuse && bytes >= 4096);
 }
 
-// float32 sums, the bulk of gradient traffic, add and hash in one pass (sum64AddFloats); the
-// other types and ops hash, then reduce.
+// Sums of float32, bfloat16 and float16, the bulk of gradient traffic, add and hash in one
+// pass (sum64AddFloats, sum64AddHalves; a pass to hash, then the reduction, cost 17 to 70 %
+// more than the reduction alone on memory-resident data, the fused pass 3 %); the other
+// types and ops hash, then reduce.
 void HostDevice::reduceHashed(void* dst, const void* a, const void* b, size_t count,
                               xcclDataType_t dtype, xcclRedOp_t op, uint64_t at, uint64_t* hash) {
   if (dtype == xcclFloat32 && op == xcclSum) {
     *hash = sum64AddFloats(*hash, at, static_cast<float*>(dst), static_cast<const float*>(a),
                            static_cast<const float*>(b), count);
+    return;
+  }
+  if ((dtype == xcclFloat16 || dtype == xcclBfloat16) && op == xcclSum) {
+    *hash = sum64AddHalves(*hash, at, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                           static_cast<const uint16_t*>(b), count, dtype == xcclBfloat16);
     return;
   }
   Device::reduceHashed(dst, a, b, count, dtype, op, at, hash);

@@ -1,0 +1,121 @@
+// The 16-bit floating loops with AVX2 and F16C (kernels_vector.h; the conversions are
+// common/half_vector.h's). Each function carries the target attribute and runs only after
+// halfVectorAvailable() said yes, so the library still loads and runs on CPUs without them
+// (the portable loops then serve).
+#include "kernels_vector.h"
+
+#include <cstdint>
+
+#include "common/half_vector.h"
+
+namespace xdev {
+
+#if defined(__x86_64__)
+namespace {
+
+using xccl::halfvec::BF16;
+using xccl::halfvec::F16;
+
+// The ops as kernels.cc's: max is a < b ? b : a, min b < a ? b : a, which maxps/minps give
+// with b as the first operand (they return the second when either is NaN or both are equal).
+struct VSum {
+  XCCL_HALF_VECTOR static __m256 apply(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+};
+struct VProd {
+  XCCL_HALF_VECTOR static __m256 apply(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+};
+struct VMax {
+  XCCL_HALF_VECTOR static __m256 apply(__m256 a, __m256 b) { return _mm256_max_ps(b, a); }
+};
+struct VMin {
+  XCCL_HALF_VECTOR static __m256 apply(__m256 a, __m256 b) { return _mm256_min_ps(b, a); }
+};
+
+template <typename T, typename Op>
+XCCL_HALF_VECTOR size_t reduceLoop(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n) {
+  const size_t whole = n - n % 8;
+  size_t i = 0;
+  for (; i + 16 <= whole; i += 16) {
+    T::store2(d + i, Op::apply(T::load(a + i), T::load(b + i)),
+              Op::apply(T::load(a + i + 8), T::load(b + i + 8)));
+  }
+  if (i < whole) T::store(d + i, Op::apply(T::load(a + i), T::load(b + i)));
+  return whole;
+}
+
+template <typename T>
+size_t reduceAs(void* dst, const void* a, const void* b, size_t n, xdevRedOp_t op) {
+  auto* d = static_cast<uint16_t*>(dst);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  switch (op) {
+    case xdevSum:
+      return reduceLoop<T, VSum>(d, x, y, n);
+    case xdevProd:
+      return reduceLoop<T, VProd>(d, x, y, n);
+    case xdevMax:
+      return reduceLoop<T, VMax>(d, x, y, n);
+    case xdevMin:
+      return reduceLoop<T, VMin>(d, x, y, n);
+    default:
+      return 0;
+  }
+}
+
+template <typename T>
+XCCL_HALF_VECTOR size_t scaleAs(void* dst, const void* src, size_t n, float s) {
+  auto* d = static_cast<uint16_t*>(dst);
+  const auto* x = static_cast<const uint16_t*>(src);
+  const __m256 k = _mm256_set1_ps(s);
+  const size_t whole = n - n % 8;
+  for (size_t i = 0; i < whole; i += 8) T::store(d + i, _mm256_mul_ps(T::load(x + i), k));
+  return whole;
+}
+
+template <typename T>
+XCCL_HALF_VECTOR size_t divideAs(void* dst, size_t n, float divisor) {
+  auto* d = static_cast<uint16_t*>(dst);
+  const __m256 k = _mm256_set1_ps(divisor);
+  const size_t whole = n - n % 8;
+  for (size_t i = 0; i < whole; i += 8) T::store(d + i, _mm256_div_ps(T::load(d + i), k));
+  return whole;
+}
+
+}  // namespace
+
+bool halfVectorAvailable() { return xccl::halfvec::available(); }
+
+size_t reduceHalfVector(void* dst, const void* a, const void* b, size_t count, xdevDataType_t dtype,
+                        xdevRedOp_t op) {
+  if (!halfVectorAvailable()) return 0;
+  if (dtype == xdevFloat16) return reduceAs<F16>(dst, a, b, count, op);
+  if (dtype == xdevBfloat16) return reduceAs<BF16>(dst, a, b, count, op);
+  return 0;
+}
+
+size_t scaleHalfVector(void* dst, const void* src, size_t count, xdevDataType_t dtype, float s) {
+  if (!halfVectorAvailable()) return 0;
+  if (dtype == xdevFloat16) return scaleAs<F16>(dst, src, count, s);
+  if (dtype == xdevBfloat16) return scaleAs<BF16>(dst, src, count, s);
+  return 0;
+}
+
+size_t divideHalfVector(void* dst, size_t count, xdevDataType_t dtype, float divisor) {
+  if (!halfVectorAvailable()) return 0;
+  if (dtype == xdevFloat16) return divideAs<F16>(dst, count, divisor);
+  if (dtype == xdevBfloat16) return divideAs<BF16>(dst, count, divisor);
+  return 0;
+}
+
+#else  // not x86-64: the portable loops serve
+
+bool halfVectorAvailable() { return false; }
+size_t reduceHalfVector(void*, const void*, const void*, size_t, xdevDataType_t, xdevRedOp_t) {
+  return 0;
+}
+size_t scaleHalfVector(void*, const void*, size_t, xdevDataType_t, float) { return 0; }
+size_t divideHalfVector(void*, size_t, xdevDataType_t, float) { return 0; }
+
+#endif
+
+}  // namespace xdev
