@@ -143,6 +143,17 @@ TEST_P(Reproducible, InRoundsOfASmallTemporaryTheBitsAreTheSame) {
   expectRankOrderFolds(world, sizes());
 }
 
+// The fold as a pipeline between neighbours (the choice from XCCL_FOLDCHAIN_MIN_RANKS ranks
+// on, here from 2), in chunks of 1000 floats (and a last shorter one): the same bits.
+TEST_P(Reproducible, TheFoldChainGivesTheSameBits) {
+  ScopedEnv on("XCCL_REPRODUCIBLE", "1");
+  ScopedEnv shm("XCCL_SHM_DISABLE", GetParam().shmDisable);
+  ScopedEnv chain("XCCL_FOLDCHAIN_MIN_RANKS", "2");
+  ScopedEnv chunk("XCCL_CHAIN_CHUNK", "4000");
+  ThreadWorld world(kRanks, GetParam().hostOf);
+  expectRankOrderFolds(world, sizes());
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, Reproducible,
                          testing::Values(Layout{"shm", oneHost, "0"}, Layout{"tcp", oneHost, "1"},
                                          Layout{"two_hosts", twoHosts, "0"},
@@ -199,6 +210,54 @@ TEST(ReproducibleConfig, ForcingARingIsRefusedAtCreation) {
   ScopedEnv algo("XCCL_ALGO", "allreduce=ordered");
   ThreadWorld world(kRanks);
   expectRankOrderFolds(world, {1000});
+}
+
+// The fold chain computes in_r op acc on rank r: the same bits as acc op in_r for sums,
+// products and every integer op, not for the floating max and min (max(+0, -0) keeps its
+// first operand). So it declines those: forced, the call fails naming it; chosen
+// automatically, "ordered" serves them, with +0 and -0 in the inputs.
+TEST(ReproducibleConfig, TheFoldChainDeclinesFloatingMaxAndMin) {
+  ScopedEnv on("XCCL_REPRODUCIBLE", "1");
+  ScopedEnv chain("XCCL_FOLDCHAIN_MIN_RANKS", "2");
+  const size_t count = 100000;  // above XCCL_ALLREDUCE_DIRECT_MAX
+  {
+    ThreadWorld world(kRanks);
+    world.run([&](int rank, xcclComm_t comm) {
+      // Zeros of alternating signs by rank and element: the rank-order max keeps rank 0's.
+      std::vector<float> in(count), out(count, 1.0F);
+      for (size_t i = 0; i < count; ++i) in[i] = (i + rank) % 2 != 0 ? -0.0F : 0.0F;
+      check(xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclMax, comm, nullptr), comm);
+      xccl_coll_test::waitAll(comm);
+      size_t bad = 0;
+      for (size_t i = 0; i < count; ++i) {
+        float want = (i % 2 != 0) ? -0.0F : 0.0F;
+        for (int r = 1; r < kRanks; ++r) {
+          const float x = (i + r) % 2 != 0 ? -0.0F : 0.0F;
+          want = want < x ? x : want;
+        }
+        bad += std::memcmp(&out[i], &want, sizeof want) != 0;
+      }
+      EXPECT_EQ(bad, 0U) << "rank " << rank;
+      std::vector<int32_t> a(count, rank), b(count);
+      check(xcclAllReduce(a.data(), b.data(), count, xcclInt32, xcclMax, comm, nullptr), comm);
+      xccl_coll_test::waitAll(comm);
+      EXPECT_EQ(b[count - 1], kRanks - 1);
+    });
+  }
+  ScopedEnv algo("XCCL_ALGO", "allreduce=foldchain");
+  ThreadWorld world(kRanks);
+  world.run([&](int, xcclComm_t comm) {
+    std::vector<float> in(count, 1.0F), out(count);
+    xcclResult_t r = xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclMax, comm, nullptr);
+    if (r == xcclSuccess) {  // queued: the failure comes with the operation
+      xcclEvent_t ev;
+      ASSERT_EQ(xcclEventRecord(&ev, comm), xcclSuccess);
+      r = xcclEventWait(&ev, 60000);
+    }
+    EXPECT_EQ(r, xcclInvalidUsage);
+    const std::string why = xcclGetLastError(comm);
+    EXPECT_NE(why.find("foldchain"), std::string::npos) << why;
+  });
 }
 
 }  // namespace

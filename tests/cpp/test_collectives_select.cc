@@ -21,7 +21,8 @@ using xccl_test::ScopedEnv;
 // choice, on 4 ranks split into hosts_, so a knob the test set applies.
 class Select : public ::testing::Test {
  protected:
-  std::string pick(CollType type, size_t count, xcclDataType_t dtype = xcclFloat32) {
+  std::string pick(CollType type, size_t count, xcclDataType_t dtype = xcclFloat32,
+                   xcclRedOp_t op = xcclSum) {
     xccl::Exchange ex(0, 4, xccl::getDevice(-1), std::vector<xccl::Connection*>(4, nullptr),
                       {0, 1, 2, 3}, abort_);
     ex.setHosts(hosts_);
@@ -29,6 +30,7 @@ class Select : public ::testing::Test {
     a.type = type;
     a.count = count;
     a.dtype = dtype;
+    a.op = op;
     return xccl::selectAlgorithm(a, ex).name;
   }
   std::atomic<bool> abort_{false};
@@ -68,6 +70,20 @@ TEST_F(Select, AutomaticChoiceFollowsMessageSize) {
   EXPECT_EQ(pick(CollType::kReduceScatter, 1 << 20), "ring");
   EXPECT_EQ(pick(CollType::kAllToAll, 5), "pairwise");
   EXPECT_EQ(pick(CollType::kBarrier, 0), "dissemination");
+}
+
+// Reproducible allreduces above the direct size: "ordered" below XCCL_FOLDCHAIN_MIN_RANKS
+// ranks, the fold chain from there on, but not for the floating max and min.
+TEST_F(Select, ReproducibleAllreducesChainFromManyRanks) {
+  ScopedEnv algo("XCCL_ALGO", nullptr);
+  ScopedEnv on("XCCL_REPRODUCIBLE", "1");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ordered");  // 4 ranks < 8, the default
+  ScopedEnv from4("XCCL_FOLDCHAIN_MIN_RANKS", "4");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "foldchain");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20, xcclInt32, xcclMax), "foldchain");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20, xcclFloat32, xcclMax), "ordered");
+  EXPECT_EQ(pick(CollType::kAllReduce, 4), "slot");              // small: as before
+  EXPECT_EQ(pick(CollType::kReduceScatter, 1 << 20), "ordered");  // allreduce only
 }
 
 TEST_F(Select, OneNameForcesEveryCollectiveThatHasIt) {

@@ -130,7 +130,7 @@ struct Tuning {
   int64_t allreduceDirectMax = 0, broadcastDirectMax = 0, reduceDirectMax = 0,
           allgatherDirectMax = 0, reducescatterDirectMax = 0, twolevelMinHosts = 0,
           hierarchicalMin = 0, directTempMax = 0, recdoublingMinRanks = 0, rabenseifnerMinRanks = 0,
-          rabenseifnerMax = 0, hierarchicalLogMinHosts = 0;
+          rabenseifnerMax = 0, hierarchicalLogMinHosts = 0, foldchainMinRanks = 0;
   size_t ringSlice = 0, chainChunk = 0;  // bytes per message; SIZE_MAX: uncut
   // The largest allreduce the slot path takes (slot.h; 0: off): XCCL_SLOT_MAX, or by default
   // chosen by the communicator for its host (setSlotMax), alike on every rank of the host.

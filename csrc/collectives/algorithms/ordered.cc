@@ -16,10 +16,13 @@
 //   (non-root owners fold into a temporary: recvbuf is the root's).
 // reducescatter(v): rank j's block of every sendbuf goes to rank j, which folds the n copies
 //   in rank order into recvbuf, in rounds of at most XCCL_DIRECT_TEMP_MAX bytes.
+// "foldchain" (allreduce, many ranks): the same fold as a pipeline between neighbours in rank
+//   order (chainAllreduceRun below).
 // Zero-length pieces are neither sent nor received (both sides skip them alike).
 #include <algorithm>
 #include <vector>
 
+#include "collectives/device/dtype.h"
 #include "schedule.h"
 
 namespace xccl {
@@ -216,12 +219,60 @@ void reduceScatterVRun(Exchange& ex, const CollArgs& args) {
       [&](int r) { return static_cast<size_t>(args.recvcounts[r]); });
 }
 
+// "foldchain" allreduce: the left fold as a pipeline along the ranks in rank order, then the
+// result back along a chain. Chunks of XCCL_CHAIN_CHUNK bytes, all posted at once:
+//
+//   rank 0:        send in0[c] to 1                     recv out[c] from n-1, forward to 1
+//   rank r:        recvReduce acc[c] from r-1 with inr,  recv out[c] from r-1, forward to r+1
+//                  forward to r+1                       (rank n-2: not forwarded)
+//   rank n-1:      recvReduce out[c] from n-2 with in(n-1), forward to 0
+//
+// Rank r computes in_r op acc, which is acc op in_r bit for bit only when op is commutative
+// in IEEE arithmetic: sum and product (NaN payloads aside, as "ordered"'s swapped first step),
+// and every op of the integer types; the floating max and min are not (max(+0, -0) keeps its
+// first operand), so the chain declines them. The partial and then the result both land in
+// recvbuf: the result's slice k exists only after the next rank consumed the partial's.
+// Every rank sends and reduces one buffer (the middle ranks forward a second): the whole
+// system moves 2(n-1) buffers and reduces n-1, as a ring does, but each rank talks to its two
+// neighbours in rank order only, and in a pipeline, which suits ranks that share cores.
+void chainAllreduceRun(Exchange& ex, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const size_t es = dtypeSize(args.dtype);
+  const int prev = (me + n - 1) % n, next = (me + 1) % n;
+  // The result's chain: n-1 -> 0 -> 1 -> ... -> n-2.
+  const bool forwardsResult = me != n - 2 && me != n - 1;
+  forEachPiece(args.count, es, ex.tuning().chainChunk, [&](size_t first, size_t elems) {
+    const size_t off = first * es;
+    if (me == 0) {
+      ex.send(next, at(args.sendbuf, off), elems * es);
+    } else {
+      MsgRef acc = ex.recvReduce(prev, at(args.recvbuf, off), at(args.sendbuf, off), elems,
+                                 args.dtype, args.op);
+      ex.sendForward(next, acc);  // rank n-1: the result, to rank 0
+    }
+  });
+  if (me != n - 1) {
+    forEachPiece(args.count, es, ex.tuning().chainChunk, [&](size_t first, size_t elems) {
+      const size_t off = first * es;
+      MsgRef out = ex.recv(prev, at(args.recvbuf, off), elems * es);
+      if (forwardsResult) ex.sendForward(next, out);
+    });
+  }
+  ex.wait();
+}
+
+bool chainAllreduceSupports(const CollArgs& args, const Exchange& ex) {
+  return ex.nranks() > 1 &&
+         (args.op == xcclSum || args.op == xcclProd || !isFloatType(args.dtype));
+}
+
 bool always(const CollArgs&, const Exchange&) { return true; }
 
 }  // namespace
 
 std::vector<Algorithm> orderedAlgorithms() {
   Algorithm list[] = {{"ordered", CollType::kAllReduce, always, allreduceRun},
+                      {"foldchain", CollType::kAllReduce, chainAllreduceSupports, chainAllreduceRun},
                       {"ordered", CollType::kReduce, always, reduceRun},
                       {"ordered", CollType::kReduceScatter, always, reduceScatterRun},
                       {"ordered", CollType::kReduceScatterv, always, reduceScatterVRun}};

@@ -47,6 +47,11 @@ XCCL_PARAM(RecdoublingMinRanks, "RECDOUBLING_MIN_RANKS", 8, 2, kKnobMax)
 // From this many ranks on, allreduces above ALLREDUCE_DIRECT_MAX and up to RABENSEIFNER_MAX
 // prefer "rabenseifner" (2 log2 n rounds) to the ring (2(n-1) rounds).
 XCCL_PARAM(RabenseifnerMinRanks, "RABENSEIFNER_MIN_RANKS", 32, 2, kKnobMax)
+// From this many ranks on, reproducible allreduces above the direct size run "foldchain" (the
+// rank-order fold as a pipeline between neighbours) before "ordered" (every owner receives
+// from every rank): 8 processes at 512 KiB, 1.0 against 4.6 ms; 64 at 4 MiB, 110 against
+// 911 ms; 4 at 1 MiB, 0.81 against 0.67 ms (2 cores; BENCHMARKS.md section 18).
+XCCL_PARAM(FoldchainMinRanks, "FOLDCHAIN_MIN_RANKS", 8, 2, kKnobMax)
 XCCL_PARAM(RabenseifnerMax, "RABENSEIFNER_MAX", 4 << 20, 0, kKnobMax)
 // From this size on, allreduce across hosts prefers "hierarchical" (its three phases wait
 // for each other: below ~2 MiB on a fast link the flat ring's single pipeline wins;
@@ -86,7 +91,8 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
   };
   if (t.reproducible && isReduction(args.type)) {
     // Only the rank-order folds: "direct" where its temporary is small (one step), then
-    // "ordered" (a ring's bytes, in rounds that fit the temporary).
+    // "ordered" (a ring's bytes, in rounds that fit the temporary), or for many ranks
+    // "foldchain" (a pipeline between neighbours in rank order).
     const int64_t small = args.type == CollType::kAllReduce ? t.allreduceDirectMax
                           : args.type == CollType::kReduce  ? t.reduceDirectMax
                                                             : t.reducescatterDirectMax;
@@ -95,6 +101,10 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
     if (args.type == CollType::kReduceScatterv) return {"ordered"};
     if (args.type == CollType::kAllReduce && bytes <= t.slotMax) {
       return {"slot", "direct", "ordered"};
+    }
+    if (args.type == CollType::kAllReduce && size > static_cast<size_t>(small) &&
+        ex.nranks() >= t.foldchainMinRanks) {
+      return {"foldchain", "ordered", "direct"};  // foldchain declines floating max and min
     }
     return bySize(size, small, "direct", "ordered");
   }
@@ -177,6 +187,7 @@ Tuning readTuning() {
   t.twolevelMinHosts = xcclParamTwolevelMinHosts();
   t.recdoublingMinRanks = xcclParamRecdoublingMinRanks();
   t.rabenseifnerMinRanks = xcclParamRabenseifnerMinRanks();
+  t.foldchainMinRanks = xcclParamFoldchainMinRanks();
   t.rabenseifnerMax = xcclParamRabenseifnerMax();
   t.hierarchicalMin = xcclParamHierarchicalMin();
   t.hierarchicalLogMinHosts = xcclParamHierarchicalLogMinHosts();
