@@ -192,19 +192,20 @@ def measure_memcpy(sizes=(1 << 20, 16 << 20, 64 << 20), reps=7):
 # ----------------------------------------------------------------------------------------------
 # collectives
 
-def make_case(coll, size, n, rank):
-    """Buffers for one collective whose nccl-tests "size" is ~size bytes (float32).
+def make_case(coll, size, n, rank, dtype=torch.float32):
+    """Buffers for one collective whose nccl-tests "size" is ~size bytes (of dtype: float32,
+    or for allreduce any floating type, whose checks' small integers are exact in 16 bits).
 
     Returns (bytes, count, run(group), check(group) -> max error) where count is the element
     count of the nccl-tests size (allgather: output; reduce_scatter: input; alltoall: the
     per-rank buffer; allreduce/broadcast: the buffer)."""
-    esz = 4
+    esz = torch.tensor([], dtype=dtype).element_size()
     if coll in ("allreduce", "broadcast"):
         count = max(1, size // esz)
     else:  # must split evenly across ranks
         count = max(n, (size // esz) // n * n)
     chunk = count // n
-    f32 = torch.float32
+    f32 = dtype
 
     if coll == "allreduce":
         buf = torch.zeros(count, dtype=f32)  # zeros: repeated in-place sums stay finite
@@ -212,11 +213,12 @@ def make_case(coll, size, n, rank):
         def run(g):
             dist.all_reduce(buf, group=g)
 
-        def check(g):
-            x = torch.arange(count, dtype=f32).remainder_(13).add_(rank)
+        def check(g):  # small integers, made in float32 (a 16-bit arange overflows)
+            ramp = torch.arange(count, dtype=torch.float32).remainder_(13)
+            x = ramp.add(rank).to(f32)
             dist.all_reduce(x, group=g)
-            exp = torch.arange(count, dtype=f32).remainder_(13).mul_(n).add_(n * (n - 1) / 2)
-            return (x - exp).abs().max().item()
+            exp = ramp.mul(n).add_(n * (n - 1) / 2)
+            return (x.float() - exp).abs().max().item()
     elif coll == "allgather":
         inp = torch.zeros(chunk, dtype=f32)
         out = torch.empty(count, dtype=f32)
@@ -292,9 +294,9 @@ def coll_worker(rank, world_size, port, q, a):
                 if a.peer_memory:  # the case's tensors in xcclMemAlloc memory
                     import torch_xccl
                     with torch_xccl.peer_memory():
-                        nbytes, count, run, check = make_case(coll, size, n, rank)
+                        nbytes, count, run, check = make_case(coll, size, n, rank, getattr(torch, a.dtype))
                 else:
-                    nbytes, count, run, check = make_case(coll, size, n, rank)
+                    nbytes, count, run, check = make_case(coll, size, n, rank, getattr(torch, a.dtype))
                 # correctness guard, once per size and backend, before timing
                 errs = {b: check(groups[b]) for b in BACKENDS}
                 iters = iters_for(nbytes, a)
@@ -319,7 +321,7 @@ def coll_worker(rank, world_size, port, q, a):
                 dist.all_reduce(e, op=dist.ReduceOp.MAX, group=gloo)
                 if rank == 0:
                     row = {"collective": coll, "api": API_NAMES[coll], "bytes": nbytes,
-                           "count": count, "dtype": "float32", "iters": iters,
+                           "count": count, "dtype": a.dtype, "iters": iters,
                            "rounds": a.rounds}
                     for i, b in enumerate(BACKENDS):
                         rounds_s = t[i].tolist()
@@ -373,7 +375,7 @@ def print_run(run, cpus):
     for row in run["results"]:
         by.setdefault(row["collective"], []).append(row)
     for coll, rows in by.items():
-        print(f"\n{coll}  [{rows[0]['api']}; float32; busbw factor "
+        print(f"\n{coll}  [{rows[0]['api']}; {rows[0].get('dtype', 'float32')}; busbw factor "
               f"{BUS_FACTOR[coll](n):.3g}; time = median of {rows[0]['rounds']} rounds]")
         print(f"  {'size':>8} {'count':>10} | {'xccl us':>10} {'algbw':>7} {'busbw':>7} | "
               f"{'gloo us':>10} {'algbw':>7} {'busbw':>7} | {'busbw x/g':>9} {'time x/g':>8} ok")
@@ -407,6 +409,8 @@ def main():
     p.add_argument("--timeout", type=float, default=900, help="hard timeout per launch (s)")
     p.add_argument("--pg-timeout", type=float, default=300, help="process-group timeout (s)")
     p.add_argument("--no-memcpy", action="store_true")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="element type (not float32: allreduce only)")
     p.add_argument("--peer-memory", action="store_true",
                    help="make each case's tensors inside torch_xccl.peer_memory() (xcclMemAlloc "
                         "memory: xccl's peers read them in place)")
@@ -418,6 +422,8 @@ def main():
     p.add_argument("--quiet", dest="progress", action="store_false",
                    help="no per-size progress lines")
     a = p.parse_args()
+    if a.dtype != "float32" and a.collectives != ["allreduce"]:
+        p.error("--dtype other than float32 needs --collectives allreduce")
 
     lo, hi = util.parse_bytes(a.min_bytes), util.parse_bytes(a.max_bytes)
     a.round_bytes = util.parse_bytes(a.round_bytes)
