@@ -163,25 +163,25 @@ void divideTyped(void* dst, size_t n, int64_t divisor) {
   }
 }
 
-// The 16-bit floats: the vector loops (kernels_vector.h) take what they can, the portable
-// loops the rest (the tail, or everything on CPUs without AVX2 and F16C).
+// The 16- and 8-bit floats: the vector loops (kernels_vector.h) take what they can, the
+// portable loops the rest (the tail, or everything on CPUs without AVX2 and F16C).
 template <typename T>
-void reduceSixteen(void* dst, const void* a, const void* b, size_t n, xdevDataType_t dtype,
-                   xdevRedOp_t op) {
-  const size_t done = reduceHalfVector(dst, a, b, n, dtype, op);
+void reduceNarrow(void* dst, const void* a, const void* b, size_t n, xdevDataType_t dtype,
+                  xdevRedOp_t op) {
+  const size_t done = reduceNarrowVector(dst, a, b, n, dtype, op);
   reduceTyped<T>(static_cast<T*>(dst) + done, static_cast<const T*>(a) + done,
                  static_cast<const T*>(b) + done, n - done, op);
 }
 
 template <typename T>
-void scaleSixteen(void* dst, const void* src, size_t n, xdevDataType_t dtype, float s) {
-  const size_t done = scaleHalfVector(dst, src, n, dtype, s);
+void scaleNarrow(void* dst, const void* src, size_t n, xdevDataType_t dtype, float s) {
+  const size_t done = scaleNarrowVector(dst, src, n, dtype, s);
   scaleTyped<T>(static_cast<T*>(dst) + done, static_cast<const T*>(src) + done, n - done, s);
 }
 
 template <typename T>
-void divideSixteen(void* dst, size_t n, xdevDataType_t dtype, int64_t divisor) {
-  const size_t done = divideHalfVector(dst, n, dtype, static_cast<float>(divisor));
+void divideNarrow(void* dst, size_t n, xdevDataType_t dtype, int64_t divisor) {
+  const size_t done = divideNarrowVector(dst, n, dtype, static_cast<float>(divisor));
   divideTyped<T>(static_cast<T*>(dst) + done, n - done, divisor);
 }
 
@@ -265,9 +265,9 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDat
     case xdevInt64:
       return reduceTyped<int64_t>(dst, a, b, count, op);
     case xdevFloat16:
-      return reduceSixteen<Half>(dst, a, b, count, dtype, op);
+      return reduceNarrow<Half>(dst, a, b, count, dtype, op);
     case xdevBfloat16:
-      return reduceSixteen<BFloat16>(dst, a, b, count, dtype, op);
+      return reduceNarrow<BFloat16>(dst, a, b, count, dtype, op);
     case xdevFloat32:
       return reduceTyped<float>(dst, a, b, count, op);
     case xdevFloat64:
@@ -276,9 +276,9 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDat
       return reduceBool(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
                         static_cast<const uint8_t*>(b), count, op);
     case xdevFloat8e4m3:
-      return reduceTyped<Float8E4M3>(dst, a, b, count, op);
+      return reduceNarrow<Float8E4M3>(dst, a, b, count, dtype, op);
     case xdevFloat8e5m2:
-      return reduceTyped<Float8E5M2>(dst, a, b, count, op);
+      return reduceNarrow<Float8E5M2>(dst, a, b, count, dtype, op);
     case xdevUint16:
       return reduceTyped<uint16_t>(dst, a, b, count, op);
     case xdevUint32:
@@ -302,17 +302,19 @@ void scaleKernel(void* dst, const void* src, size_t count, xdevDataType_t dtype,
     case xdevInt64:
       return scaleTyped<int64_t>(dst, src, count, loadScalar<int64_t>(scalar));
     case xdevFloat16:
-      return scaleSixteen<Half>(dst, src, count, dtype, toFloat(loadScalar<Half>(scalar)));
+      return scaleNarrow<Half>(dst, src, count, dtype, toFloat(loadScalar<Half>(scalar)));
     case xdevBfloat16:
-      return scaleSixteen<BFloat16>(dst, src, count, dtype, toFloat(loadScalar<BFloat16>(scalar)));
+      return scaleNarrow<BFloat16>(dst, src, count, dtype, toFloat(loadScalar<BFloat16>(scalar)));
     case xdevFloat32:
       return scaleTyped<float>(dst, src, count, loadScalar<float>(scalar));
     case xdevFloat64:
       return scaleTyped<double>(dst, src, count, loadScalar<double>(scalar));
     case xdevFloat8e4m3:
-      return scaleTyped<Float8E4M3>(dst, src, count, toFloat(loadScalar<Float8E4M3>(scalar)));
+      return scaleNarrow<Float8E4M3>(dst, src, count, dtype,
+                                     toFloat(loadScalar<Float8E4M3>(scalar)));
     case xdevFloat8e5m2:
-      return scaleTyped<Float8E5M2>(dst, src, count, toFloat(loadScalar<Float8E5M2>(scalar)));
+      return scaleNarrow<Float8E5M2>(dst, src, count, dtype,
+                                     toFloat(loadScalar<Float8E5M2>(scalar)));
     case xdevUint16:
       return scaleTyped<uint16_t>(dst, src, count, loadScalar<uint16_t>(scalar));
     case xdevUint32:
@@ -335,17 +337,17 @@ void divideKernel(void* dst, size_t count, xdevDataType_t dtype, int64_t divisor
     case xdevInt64:
       return divideTyped<int64_t>(dst, count, divisor);
     case xdevFloat16:
-      return divideSixteen<Half>(dst, count, dtype, divisor);
+      return divideNarrow<Half>(dst, count, dtype, divisor);
     case xdevBfloat16:
-      return divideSixteen<BFloat16>(dst, count, dtype, divisor);
+      return divideNarrow<BFloat16>(dst, count, dtype, divisor);
     case xdevFloat32:
       return divideTyped<float>(dst, count, divisor);
     case xdevFloat64:
       return divideTyped<double>(dst, count, divisor);
     case xdevFloat8e4m3:
-      return divideTyped<Float8E4M3>(dst, count, divisor);
+      return divideNarrow<Float8E4M3>(dst, count, dtype, divisor);
     case xdevFloat8e5m2:
-      return divideTyped<Float8E5M2>(dst, count, divisor);
+      return divideNarrow<Float8E5M2>(dst, count, dtype, divisor);
     case xdevUint16:
       return divideTyped<uint16_t>(dst, count, divisor);
     case xdevUint32:

@@ -1,6 +1,6 @@
-// The 16-bit floating loops with AVX2 and F16C (kernels_vector.h; the conversions are
+// The 16- and 8-bit floating loops with AVX2 and F16C (kernels_vector.h; the conversions are
 // common/half_vector.h's). Each function carries the target attribute and runs only after
-// halfVectorAvailable() said yes, so the library still loads and runs on CPUs without them
+// narrowVectorAvailable() said yes, so the library still loads and runs on CPUs without them
 // (the portable loops then serve).
 #include "kernels_vector.h"
 
@@ -14,6 +14,8 @@ namespace xdev {
 namespace {
 
 using xccl::halfvec::BF16;
+using xccl::halfvec::E4M3;
+using xccl::halfvec::E5M2;
 using xccl::halfvec::F16;
 
 // The ops as kernels.cc's: max is a < b ? b : a, min b < a ? b : a, which maxps/minps give
@@ -31,8 +33,8 @@ struct VMin {
   XCCL_HALF_VECTOR static __m256 apply(__m256 a, __m256 b) { return _mm256_min_ps(b, a); }
 };
 
-template <typename T, typename Op>
-XCCL_HALF_VECTOR size_t reduceLoop(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n) {
+template <typename T, typename Op, typename E = typename T::Elem>
+XCCL_HALF_VECTOR size_t reduceLoop(E* d, const E* a, const E* b, size_t n) {
   const size_t whole = n - n % 8;
   size_t i = 0;
   for (; i + 16 <= whole; i += 16) {
@@ -43,11 +45,11 @@ XCCL_HALF_VECTOR size_t reduceLoop(uint16_t* d, const uint16_t* a, const uint16_
   return whole;
 }
 
-template <typename T>
+template <typename T, typename E = typename T::Elem>
 size_t reduceAs(void* dst, const void* a, const void* b, size_t n, xdevRedOp_t op) {
-  auto* d = static_cast<uint16_t*>(dst);
-  const auto* x = static_cast<const uint16_t*>(a);
-  const auto* y = static_cast<const uint16_t*>(b);
+  auto* d = static_cast<E*>(dst);
+  const auto* x = static_cast<const E*>(a);
+  const auto* y = static_cast<const E*>(b);
   switch (op) {
     case xdevSum:
       return reduceLoop<T, VSum>(d, x, y, n);
@@ -62,19 +64,19 @@ size_t reduceAs(void* dst, const void* a, const void* b, size_t n, xdevRedOp_t o
   }
 }
 
-template <typename T>
+template <typename T, typename E = typename T::Elem>
 XCCL_HALF_VECTOR size_t scaleAs(void* dst, const void* src, size_t n, float s) {
-  auto* d = static_cast<uint16_t*>(dst);
-  const auto* x = static_cast<const uint16_t*>(src);
+  auto* d = static_cast<E*>(dst);
+  const auto* x = static_cast<const E*>(src);
   const __m256 k = _mm256_set1_ps(s);
   const size_t whole = n - n % 8;
   for (size_t i = 0; i < whole; i += 8) T::store(d + i, _mm256_mul_ps(T::load(x + i), k));
   return whole;
 }
 
-template <typename T>
+template <typename T, typename E = typename T::Elem>
 XCCL_HALF_VECTOR size_t divideAs(void* dst, size_t n, float divisor) {
-  auto* d = static_cast<uint16_t*>(dst);
+  auto* d = static_cast<E*>(dst);
   const __m256 k = _mm256_set1_ps(divisor);
   const size_t whole = n - n % 8;
   for (size_t i = 0; i < whole; i += 8) T::store(d + i, _mm256_div_ps(T::load(d + i), k));
@@ -83,38 +85,65 @@ XCCL_HALF_VECTOR size_t divideAs(void* dst, size_t n, float divisor) {
 
 }  // namespace
 
-bool halfVectorAvailable() { return xccl::halfvec::available(); }
+bool narrowVectorAvailable() { return xccl::halfvec::available(); }
 
-size_t reduceHalfVector(void* dst, const void* a, const void* b, size_t count, xdevDataType_t dtype,
-                        xdevRedOp_t op) {
-  if (!halfVectorAvailable()) return 0;
-  if (dtype == xdevFloat16) return reduceAs<F16>(dst, a, b, count, op);
-  if (dtype == xdevBfloat16) return reduceAs<BF16>(dst, a, b, count, op);
-  return 0;
+size_t reduceNarrowVector(void* dst, const void* a, const void* b, size_t count,
+                          xdevDataType_t dtype, xdevRedOp_t op) {
+  if (!narrowVectorAvailable()) return 0;
+  switch (dtype) {
+    case xdevFloat16:
+      return reduceAs<F16>(dst, a, b, count, op);
+    case xdevBfloat16:
+      return reduceAs<BF16>(dst, a, b, count, op);
+    case xdevFloat8e4m3:
+      return reduceAs<E4M3>(dst, a, b, count, op);
+    case xdevFloat8e5m2:
+      return reduceAs<E5M2>(dst, a, b, count, op);
+    default:
+      return 0;
+  }
 }
 
-size_t scaleHalfVector(void* dst, const void* src, size_t count, xdevDataType_t dtype, float s) {
-  if (!halfVectorAvailable()) return 0;
-  if (dtype == xdevFloat16) return scaleAs<F16>(dst, src, count, s);
-  if (dtype == xdevBfloat16) return scaleAs<BF16>(dst, src, count, s);
-  return 0;
+size_t scaleNarrowVector(void* dst, const void* src, size_t count, xdevDataType_t dtype, float s) {
+  if (!narrowVectorAvailable()) return 0;
+  switch (dtype) {
+    case xdevFloat16:
+      return scaleAs<F16>(dst, src, count, s);
+    case xdevBfloat16:
+      return scaleAs<BF16>(dst, src, count, s);
+    case xdevFloat8e4m3:
+      return scaleAs<E4M3>(dst, src, count, s);
+    case xdevFloat8e5m2:
+      return scaleAs<E5M2>(dst, src, count, s);
+    default:
+      return 0;
+  }
 }
 
-size_t divideHalfVector(void* dst, size_t count, xdevDataType_t dtype, float divisor) {
-  if (!halfVectorAvailable()) return 0;
-  if (dtype == xdevFloat16) return divideAs<F16>(dst, count, divisor);
-  if (dtype == xdevBfloat16) return divideAs<BF16>(dst, count, divisor);
-  return 0;
+size_t divideNarrowVector(void* dst, size_t count, xdevDataType_t dtype, float divisor) {
+  if (!narrowVectorAvailable()) return 0;
+  switch (dtype) {
+    case xdevFloat16:
+      return divideAs<F16>(dst, count, divisor);
+    case xdevBfloat16:
+      return divideAs<BF16>(dst, count, divisor);
+    case xdevFloat8e4m3:
+      return divideAs<E4M3>(dst, count, divisor);
+    case xdevFloat8e5m2:
+      return divideAs<E5M2>(dst, count, divisor);
+    default:
+      return 0;
+  }
 }
 
 #else  // not x86-64: the portable loops serve
 
-bool halfVectorAvailable() { return false; }
-size_t reduceHalfVector(void*, const void*, const void*, size_t, xdevDataType_t, xdevRedOp_t) {
+bool narrowVectorAvailable() { return false; }
+size_t reduceNarrowVector(void*, const void*, const void*, size_t, xdevDataType_t, xdevRedOp_t) {
   return 0;
 }
-size_t scaleHalfVector(void*, const void*, size_t, xdevDataType_t, float) { return 0; }
-size_t divideHalfVector(void*, size_t, xdevDataType_t, float) { return 0; }
+size_t scaleNarrowVector(void*, const void*, size_t, xdevDataType_t, float) { return 0; }
+size_t divideNarrowVector(void*, size_t, xdevDataType_t, float) { return 0; }
 
 #endif
 

@@ -248,7 +248,8 @@ TEST(ReproducibleConfig, TheFoldChainDeclinesFloatingMaxAndMin) {
   ThreadWorld world(kRanks);
   world.run([&](int, xcclComm_t comm) {
     std::vector<float> in(count, 1.0F), out(count);
-    xcclResult_t r = xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclMax, comm, nullptr);
+    xcclResult_t r =
+        xcclAllReduce(in.data(), out.data(), count, xcclFloat32, xcclMax, comm, nullptr);
     if (r == xcclSuccess) {  // queued: the failure comes with the operation
       xcclEvent_t ev;
       ASSERT_EQ(xcclEventRecord(&ev, comm), xcclSuccess);

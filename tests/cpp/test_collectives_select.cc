@@ -82,7 +82,7 @@ TEST_F(Select, ReproducibleAllreducesChainFromManyRanks) {
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "foldchain");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20, xcclInt32, xcclMax), "foldchain");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20, xcclFloat32, xcclMax), "ordered");
-  EXPECT_EQ(pick(CollType::kAllReduce, 4), "slot");              // small: as before
+  EXPECT_EQ(pick(CollType::kAllReduce, 4), "slot");               // small: as before
   EXPECT_EQ(pick(CollType::kReduceScatter, 1 << 20), "ordered");  // allreduce only
 }
 

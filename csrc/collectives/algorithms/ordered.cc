@@ -262,8 +262,7 @@ void chainAllreduceRun(Exchange& ex, const CollArgs& args) {
 }
 
 bool chainAllreduceSupports(const CollArgs& args, const Exchange& ex) {
-  return ex.nranks() > 1 &&
-         (args.op == xcclSum || args.op == xcclProd || !isFloatType(args.dtype));
+  return ex.nranks() > 1 && (args.op == xcclSum || args.op == xcclProd || !isFloatType(args.dtype));
 }
 
 bool always(const CollArgs&, const Exchange&) { return true; }
@@ -271,11 +270,12 @@ bool always(const CollArgs&, const Exchange&) { return true; }
 }  // namespace
 
 std::vector<Algorithm> orderedAlgorithms() {
-  Algorithm list[] = {{"ordered", CollType::kAllReduce, always, allreduceRun},
-                      {"foldchain", CollType::kAllReduce, chainAllreduceSupports, chainAllreduceRun},
-                      {"ordered", CollType::kReduce, always, reduceRun},
-                      {"ordered", CollType::kReduceScatter, always, reduceScatterRun},
-                      {"ordered", CollType::kReduceScatterv, always, reduceScatterVRun}};
+  Algorithm list[] = {
+      {"ordered", CollType::kAllReduce, always, allreduceRun},
+      {"foldchain", CollType::kAllReduce, chainAllreduceSupports, chainAllreduceRun},
+      {"ordered", CollType::kReduce, always, reduceRun},
+      {"ordered", CollType::kReduceScatter, always, reduceScatterRun},
+      {"ordered", CollType::kReduceScatterv, always, reduceScatterVRun}};
   for (Algorithm& a : list) a.ordered = true;
   return {std::begin(list), std::end(list)};
 }

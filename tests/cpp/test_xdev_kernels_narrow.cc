@@ -1,6 +1,7 @@
-// xdev runtime: the 16-bit floating kernels (vector loops where the CPU has AVX2 and F16C,
-// kernels_vector.h) against a scalar definition built here from common/half.h, bit for bit,
-// on every float16 and bfloat16 value: normals, subnormals, zeros, infinities and NaNs, with
+// xdev runtime: the 16- and 8-bit floating kernels (vector loops where the CPU has AVX2 and
+// F16C, kernels_vector.h) against a scalar definition built here from common/half.h, bit for
+// bit, on every float16 and bfloat16 value and every pair of FP8 values: normals,
+// subnormals, zeros, infinities and NaNs, with
 // results that round, overflow and underflow (of two NaN operands, any NaN may come out). The
 // counts are not multiples of eight, so the portable tail runs after the vector body.
 #include <gtest/gtest.h>
@@ -16,14 +17,16 @@
 namespace {
 
 using xccl::BFloat16;
+using xccl::Float8E4M3;
+using xccl::Float8E5M2;
 using xccl::Half;
 
 template <typename T>
-float widen(uint16_t bits) {
+float widen(decltype(T::bits) bits) {
   return xccl::toFloat(T{bits});
 }
 template <typename T>
-uint16_t narrow(float x) {
+decltype(T::bits) narrow(float x) {
   return xccl::fromFloat(x, static_cast<T*>(nullptr)).bits;
 }
 
@@ -121,21 +124,74 @@ void checkScaleAndDivide(xdevDataType_t dtype) {
   }
 }
 
-TEST(XdevKernelsSixteen, Float16ReductionsMatchTheScalarDefinitionOnEveryValue) {
+// FP8: every pair of codes (a = i % 256, b = i / 256), three more for the tail; the scale
+// and the divide on every code with scalars that round, saturate and overflow.
+template <typename T>
+void checkFp8(xdevDataType_t dtype) {
+  const size_t n = 65536 + 3;
+  std::vector<uint8_t> a(n), b(n), out(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<uint8_t>(i % 256);
+    b[i] = static_cast<uint8_t>(i / 256 % 256);
+  }
+  for (xdevRedOp_t op : {xdevSum, xdevProd, xdevMax, xdevMin}) {
+    XDEV_ASSERT_OK(xdevReduce(out.data(), a.data(), b.data(), n, dtype, op));
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float x = widen<T>(a[i]), y = widen<T>(b[i]);
+      const bool same = std::isnan(x) && std::isnan(y) ? std::isnan(widen<T>(out[i]))
+                                                       : out[i] == narrow<T>(apply(x, y, op));
+      if (!same && ++wrong <= 3) {
+        ADD_FAILURE() << "type " << dtype << " op " << op << ": " << int{a[i]} << " with "
+                      << int{b[i]} << " gave " << int{out[i]};
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "type " << dtype << " op " << op;
+  }
+  for (float s : {0.5f, 3.0f, -1.0e-3f, 300.0f, 7.0e4f, INFINITY}) {
+    const uint8_t scalar = narrow<T>(s);
+    XDEV_ASSERT_OK(xdevScale(out.data(), a.data(), n, dtype, &scalar));
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float want = widen<T>(a[i]) * widen<T>(scalar);
+      wrong += std::isnan(want) ? !std::isnan(widen<T>(out[i])) : out[i] != narrow<T>(want);
+    }
+    EXPECT_EQ(wrong, 0u) << "scale, type " << dtype << " by " << s;
+  }
+  for (int64_t divisor : {3, -8, 1000003}) {
+    out = a;
+    XDEV_ASSERT_OK(xdevDivide(out.data(), n, dtype, divisor));
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) {
+      wrong += out[i] != narrow<T>(widen<T>(a[i]) / static_cast<float>(divisor));
+    }
+    EXPECT_EQ(wrong, 0u) << "divide, type " << dtype << " by " << divisor;
+  }
+}
+
+TEST(XdevKernelsNarrow, Float8E4m3MatchesTheScalarDefinitionOnEveryPair) {
+  checkFp8<Float8E4M3>(xdevFloat8e4m3);
+}
+
+TEST(XdevKernelsNarrow, Float8E5m2MatchesTheScalarDefinitionOnEveryPair) {
+  checkFp8<Float8E5M2>(xdevFloat8e5m2);
+}
+
+TEST(XdevKernelsNarrow, Float16ReductionsMatchTheScalarDefinitionOnEveryValue) {
   checkReduce<Half>(xdevFloat16);
 }
 
-TEST(XdevKernelsSixteen, Bfloat16ReductionsMatchTheScalarDefinitionOnEveryValue) {
+TEST(XdevKernelsNarrow, Bfloat16ReductionsMatchTheScalarDefinitionOnEveryValue) {
   checkReduce<BFloat16>(xdevBfloat16);
 }
 
-TEST(XdevKernelsSixteen, ScaleAndDivideMatchTheScalarDefinitionOnEveryValue) {
+TEST(XdevKernelsNarrow, ScaleAndDivideMatchTheScalarDefinitionOnEveryValue) {
   checkScaleAndDivide<Half>(xdevFloat16);
   checkScaleAndDivide<BFloat16>(xdevBfloat16);
 }
 
 // Short and unaligned runs: the vector body's edges.
-TEST(XdevKernelsSixteen, EveryLengthAndOffsetUpToThreeVectors) {
+TEST(XdevKernelsNarrow, EveryLengthAndOffsetUpToThreeVectors) {
   std::vector<uint16_t> a(40), b(40), out(40);
   for (size_t i = 0; i < a.size(); ++i) {
     a[i] = narrow<Half>(static_cast<float>(i) * 0.37f - 5.0f);
