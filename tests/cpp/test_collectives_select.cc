@@ -86,6 +86,40 @@ TEST_F(Select, ReproducibleAllreducesChainFromManyRanks) {
   EXPECT_EQ(pick(CollType::kReduceScatter, 1 << 20), "ordered");  // allreduce only
 }
 
+// Temporaries are kept for the next collective, large ones too (up to 256 MiB in all): a
+// 16 MiB one comes back at the same address instead of being faulted in again; the
+// smallest that fits is taken; past the budget they are freed.
+TEST(Scratch, LargeTemporariesAreKeptAndTheSmallestThatFitsIsTaken) {
+  std::atomic<bool> abort{false};
+  xccl::Exchange ex(0, 2, xccl::getDevice(-1), std::vector<xccl::Connection*>(2, nullptr), {0, 1},
+                    abort);
+  const size_t mib = size_t{1} << 20;
+  auto big = ex.takeScratch(16 * mib);
+  char* const bigPtr = big.ptr;
+  ex.giveScratch(big);
+  // Freed, its pages would be the first candidates for the next allocation of its size.
+  void* other = xccl::getDevice(-1).alloc(16 * mib);
+  EXPECT_NE(other, bigPtr) << "the kept temporary was freed";
+  auto again = ex.takeScratch(12 * mib);
+  EXPECT_EQ(again.ptr, bigPtr) << "a 16 MiB temporary is reused";
+  xccl::getDevice(-1).free(other);
+  auto small = ex.takeScratch(4096);
+  EXPECT_NE(small.ptr, bigPtr);
+  ex.giveScratch(again);
+  ex.giveScratch(small);
+  auto fits = ex.takeScratch(1000);
+  EXPECT_NE(fits.ptr, bigPtr) << "the smallest kept temporary that fits";
+  ex.giveScratch(fits);
+  // Past the budget: a 512 MiB temporary is not kept, and the 16 MiB one stays.
+  auto huge = ex.takeScratch(512 * mib);
+  char* const hugePtr = huge.ptr;
+  ex.giveScratch(huge);
+  auto next = ex.takeScratch(16 * mib);
+  EXPECT_EQ(next.ptr, bigPtr);
+  EXPECT_NE(next.ptr, hugePtr);
+  ex.giveScratch(next);
+}
+
 TEST_F(Select, OneNameForcesEveryCollectiveThatHasIt) {
   ScopedEnv algo("XCCL_ALGO", "direct");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "direct");

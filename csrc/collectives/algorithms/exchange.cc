@@ -87,21 +87,41 @@ Exchange::~Exchange() {
 }
 
 Exchange::Scratch Exchange::takeScratch(size_t bytes) {
-  if (bytes > kScratchMax) return Scratch{static_cast<char*>(device_.alloc(bytes)), bytes};
+  // The smallest kept one that fits.
+  size_t best = scratch_.size();
   for (size_t i = 0; i < scratch_.size(); ++i) {
-    if (scratch_[i].capacity < bytes) continue;
-    Scratch s = scratch_[i];
-    scratch_.erase(scratch_.begin() + static_cast<long>(i));
+    if (scratch_[i].capacity >= bytes &&
+        (best == scratch_.size() || scratch_[i].capacity < scratch_[best].capacity)) {
+      best = i;
+    }
+  }
+  if (best < scratch_.size()) {
+    Scratch s = scratch_[best];
+    scratch_.erase(scratch_.begin() + static_cast<long>(best));
+    scratchKept_ -= s.capacity;
     return s;
   }
+  if (bytes > kScratchKept) return Scratch{static_cast<char*>(device_.alloc(bytes)), bytes};
   size_t capacity = 4096;
   while (capacity < bytes) capacity *= 2;
   return Scratch{static_cast<char*>(device_.alloc(capacity)), capacity};
 }
 
 void Exchange::giveScratch(const Scratch& s) {
-  if (s.capacity <= kScratchMax && scratch_.size() < kMaxScratchKept) {
+  // Kept while the budget allows, the largest ones first out to make room.
+  while (!scratch_.empty() && (scratch_.size() >= kMaxScratchKept ||
+                               scratchKept_ + s.capacity > kScratchKept)) {
+    auto largest = std::max_element(
+        scratch_.begin(), scratch_.end(),
+        [](const Scratch& a, const Scratch& b) { return a.capacity < b.capacity; });
+    if (largest->capacity <= s.capacity) break;  // s is no better a keep than what is there
+    scratchKept_ -= largest->capacity;
+    device_.free(largest->ptr);
+    scratch_.erase(largest);
+  }
+  if (scratch_.size() < kMaxScratchKept && scratchKept_ + s.capacity <= kScratchKept) {
     scratch_.push_back(s);
+    scratchKept_ += s.capacity;
     return;
   }
   device_.free(s.ptr);
