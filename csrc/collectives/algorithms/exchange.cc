@@ -109,8 +109,8 @@ Exchange::Scratch Exchange::takeScratch(size_t bytes) {
 
 void Exchange::giveScratch(const Scratch& s) {
   // Kept while the budget allows, the largest ones first out to make room.
-  while (!scratch_.empty() && (scratch_.size() >= kMaxScratchKept ||
-                               scratchKept_ + s.capacity > kScratchKept)) {
+  while (!scratch_.empty() &&
+         (scratch_.size() >= kMaxScratchKept || scratchKept_ + s.capacity > kScratchKept)) {
     auto largest = std::max_element(
         scratch_.begin(), scratch_.end(),
         [](const Scratch& a, const Scratch& b) { return a.capacity < b.capacity; });

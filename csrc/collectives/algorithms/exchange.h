@@ -319,7 +319,7 @@ class Exchange {
   Deadline deadline_;
   std::vector<std::deque<MsgRef>> sends_, recvs_;
   MsgRef recvAny_;
-  std::vector<MsgRef> spare_;     // completed messages, for newMsg()
+  std::vector<MsgRef> spare_;  // completed messages, for newMsg()
   // Free temporaries, for takeScratch(): kept up to kMaxScratchKept of them and kScratchKept
   // bytes in all, so that a schedule's temporary of many MiB is not faulted in afresh on
   // every call (each 4 KiB page costs about 3 us here: a 64 MiB reduce chain's partials
