@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "common/half.h"
@@ -99,13 +100,15 @@ void checkReduce(xdevDataType_t dtype) {
   }
 }
 
-template <typename T>
-void checkScaleAndDivide(xdevDataType_t dtype) {
-  const std::vector<uint16_t> a = everyPattern();
+// xdevScale by each scalar and xdevDivide by each divisor on the values `a`, against the
+// scalar definition bit for bit.
+template <typename T, typename E = decltype(T::bits)>
+void checkScaleAndDivideOn(const std::vector<E>& a, xdevDataType_t dtype,
+                           std::initializer_list<float> scalars) {
   const size_t n = a.size();
-  std::vector<uint16_t> out(n);
-  for (float s : {0.5f, 3.0f, -1.0e-3f, 7.0e4f}) {
-    const uint16_t scalar = narrow<T>(s);
+  std::vector<E> out(n);
+  for (float s : scalars) {
+    const E scalar = narrow<T>(s);
     XDEV_ASSERT_OK(xdevScale(out.data(), a.data(), n, dtype, &scalar));
     size_t wrong = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -122,6 +125,11 @@ void checkScaleAndDivide(xdevDataType_t dtype) {
     }
     EXPECT_EQ(wrong, 0u) << "divide, type " << dtype << " by " << divisor;
   }
+}
+
+template <typename T>
+void checkScaleAndDivide(xdevDataType_t dtype) {
+  checkScaleAndDivideOn<T>(everyPattern(), dtype, {0.5f, 3.0f, -1.0e-3f, 7.0e4f});
 }
 
 // FP8: every pair of codes (a = i % 256, b = i / 256), three more for the tail; the scale
@@ -148,25 +156,7 @@ void checkFp8(xdevDataType_t dtype) {
     }
     EXPECT_EQ(wrong, 0u) << "type " << dtype << " op " << op;
   }
-  for (float s : {0.5f, 3.0f, -1.0e-3f, 300.0f, 7.0e4f, INFINITY}) {
-    const uint8_t scalar = narrow<T>(s);
-    XDEV_ASSERT_OK(xdevScale(out.data(), a.data(), n, dtype, &scalar));
-    size_t wrong = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const float want = widen<T>(a[i]) * widen<T>(scalar);
-      wrong += std::isnan(want) ? !std::isnan(widen<T>(out[i])) : out[i] != narrow<T>(want);
-    }
-    EXPECT_EQ(wrong, 0u) << "scale, type " << dtype << " by " << s;
-  }
-  for (int64_t divisor : {3, -8, 1000003}) {
-    out = a;
-    XDEV_ASSERT_OK(xdevDivide(out.data(), n, dtype, divisor));
-    size_t wrong = 0;
-    for (size_t i = 0; i < n; ++i) {
-      wrong += out[i] != narrow<T>(widen<T>(a[i]) / static_cast<float>(divisor));
-    }
-    EXPECT_EQ(wrong, 0u) << "divide, type " << dtype << " by " << divisor;
-  }
+  checkScaleAndDivideOn<T>(a, dtype, {0.5f, 3.0f, -1.0e-3f, 300.0f, 7.0e4f, INFINITY});
 }
 
 TEST(XdevKernelsNarrow, Float8E4m3MatchesTheScalarDefinitionOnEveryPair) {
