@@ -68,8 +68,8 @@ class Device {
   // hash into the reduction's own pass for float32 sums.
   virtual void reduceHashed(void* dst, const void* a, const void* b, size_t count,
                             xcclDataType_t dtype, xcclRedOp_t op, uint64_t at, uint64_t* hash);
-  // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a);
-  // b is device memory or registered staging memory. Avg and PremulSum are not reductions
+  // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a, or
+  // b: the kernels are element-wise); b is device memory or registered staging memory. Avg and PremulSum are not reductions
   // at this level (callers use kSum plus scale()); bitwise ops only for integer types.
   virtual void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
                       xcclRedOp_t op) = 0;
