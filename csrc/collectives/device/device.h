@@ -69,8 +69,9 @@ class Device {
   virtual void reduceHashed(void* dst, const void* a, const void* b, size_t count,
                             xcclDataType_t dtype, xcclRedOp_t op, uint64_t at, uint64_t* hash);
   // dst[i] = a[i] (op) b[i] for i < count. dst and a are device memory (dst may equal a, or
-  // b: the kernels are element-wise); b is device memory or registered staging memory. Avg and PremulSum are not reductions
-  // at this level (callers use kSum plus scale()); bitwise ops only for integer types.
+  // b: the kernels are element-wise); b is device memory or registered staging memory. Avg and
+  // PremulSum are not reductions at this level (callers use kSum plus scale()); bitwise ops only
+  // for integer types.
   virtual void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
                       xcclRedOp_t op) = 0;
   // dst[i] = src[i] * scalar, scalar a host value of `dtype` (dst may equal src).
