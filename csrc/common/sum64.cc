@@ -97,12 +97,33 @@ __attribute__((target("avx2"))) void foldVectors(Sums& h, uint32_t s0, size_t st
   fold(h, s0, steps, a, p);
 }
 
+// The lanes' running sums over the steps seen: A (a0: lanes 0-7, a1: 8-15) and the sum P of
+// A's running values (p0, p1). Every loop below hashes its steps through these.
+struct LaneSums {
+  __m256i a0, a1, p0, p1;
+};
+__attribute__((target("avx2"))) inline LaneSums laneStart() {
+  const __m256i z = _mm256_setzero_si256();
+  return {z, z, z, z};
+}
+// One step: its two vectors of words.
+__attribute__((target("avx2"))) inline void laneStep(LaneSums& s, __m256i w0, __m256i w1) {
+  s.a0 = _mm256_add_epi32(s.a0, w0);
+  s.a1 = _mm256_add_epi32(s.a1, w1);
+  s.p0 = _mm256_add_epi32(s.p0, s.a0);
+  s.p1 = _mm256_add_epi32(s.p1, s.a1);
+}
+__attribute__((target("avx2"))) inline void laneFold(Sums& h, uint32_t s0, size_t steps,
+                                                     const LaneSums& s) {
+  foldVectors(h, s0, steps, s.a0, s.a1, s.p0, s.p1);
+}
+
 // kStream: non-temporal stores (dst 16-byte aligned), for a destination not read again soon:
 // its lines are not first read into the cache, nor evict the caller's working set.
 template <bool kCopy, bool kStream>
 __attribute__((target("avx2"))) void stepsAvx2(Sums& h, uint32_t s0, unsigned char* dst,
                                                const unsigned char* src, size_t steps) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, p0 = a0, p1 = a0;
+  LaneSums lanes = laneStart();
   for (size_t t = 0; t < steps; ++t) {
     const auto* in = reinterpret_cast<const __m256i*>(src + t * kStepBytes);
     const __m256i w0 = _mm256_loadu_si256(in);
@@ -120,13 +141,10 @@ __attribute__((target("avx2"))) void stepsAvx2(Sums& h, uint32_t s0, unsigned ch
         _mm256_storeu_si256(out + 1, w1);
       }
     }
-    a0 = _mm256_add_epi32(a0, w0);
-    a1 = _mm256_add_epi32(a1, w1);
-    p0 = _mm256_add_epi32(p0, a0);
-    p1 = _mm256_add_epi32(p1, a1);
+    laneStep(lanes, w0, w1);
   }
   if (kStream) _mm_sfence();  // weakly ordered stores: published before returning
-  foldVectors(h, s0, steps, a0, a1, p0, p1);
+  laneFold(h, s0, steps, lanes);
 }
 #endif
 
@@ -134,19 +152,16 @@ __attribute__((target("avx2"))) void stepsAvx2(Sums& h, uint32_t s0, unsigned ch
 // dst = a + b over `steps` whole steps of floats, hashing b's words as stepsAvx2 does.
 __attribute__((target("avx2"))) void addStepsAvx2(Sums& h, uint32_t s0, float* dst, const float* a,
                                                   const float* b, size_t steps) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, p0 = a0, p1 = a0;
+  LaneSums lanes = laneStart();
   for (size_t t = 0; t < steps; ++t) {
     const size_t e = t * kLanes;
     const __m256 y0 = _mm256_loadu_ps(b + e);
     const __m256 y1 = _mm256_loadu_ps(b + e + 8);
     _mm256_storeu_ps(dst + e, _mm256_add_ps(_mm256_loadu_ps(a + e), y0));
     _mm256_storeu_ps(dst + e + 8, _mm256_add_ps(_mm256_loadu_ps(a + e + 8), y1));
-    a0 = _mm256_add_epi32(a0, _mm256_castps_si256(y0));
-    a1 = _mm256_add_epi32(a1, _mm256_castps_si256(y1));
-    p0 = _mm256_add_epi32(p0, a0);
-    p1 = _mm256_add_epi32(p1, a1);
+    laneStep(lanes, _mm256_castps_si256(y0), _mm256_castps_si256(y1));
   }
-  foldVectors(h, s0, steps, a0, a1, p0, p1);
+  laneFold(h, s0, steps, lanes);
 }
 #endif
 
@@ -157,7 +172,7 @@ __attribute__((target("avx2"))) void addStepsAvx2(Sums& h, uint32_t s0, float* d
 template <typename T>
 XCCL_HALF_VECTOR void addHalfStepsAvx2(Sums& h, uint32_t s0, uint16_t* dst, const uint16_t* a,
                                        const uint16_t* b, size_t steps) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, p0 = a0, p1 = a0;
+  LaneSums lanes = laneStart();
   for (size_t t = 0; t < steps; ++t) {
     const size_t e = t * 2 * kLanes;
     const auto* in = reinterpret_cast<const __m256i*>(b + e);
@@ -167,12 +182,9 @@ XCCL_HALF_VECTOR void addHalfStepsAvx2(Sums& h, uint32_t s0, uint16_t* dst, cons
       T::store2(dst + e + q, _mm256_add_ps(T::load(a + e + q), T::load(b + e + q)),
                 _mm256_add_ps(T::load(a + e + q + 8), T::load(b + e + q + 8)));
     }
-    a0 = _mm256_add_epi32(a0, w0);
-    a1 = _mm256_add_epi32(a1, w1);
-    p0 = _mm256_add_epi32(p0, a0);
-    p1 = _mm256_add_epi32(p1, a1);
+    laneStep(lanes, w0, w1);
   }
-  foldVectors(h, s0, steps, a0, a1, p0, p1);
+  laneFold(h, s0, steps, lanes);
 }
 #endif
 

@@ -87,53 +87,36 @@ XCCL_HALF_VECTOR size_t divideAs(void* dst, size_t n, float divisor) {
 
 bool narrowVectorAvailable() { return xccl::halfvec::available(); }
 
-size_t reduceNarrowVector(void* dst, const void* a, const void* b, size_t count,
-                          xdevDataType_t dtype, xdevRedOp_t op) {
+// fn(conversions) for the narrow type (F16, BF16, E4M3 or E5M2); 0 for another type, or where
+// the loops cannot run.
+template <typename Fn>
+size_t byNarrowType(xdevDataType_t dtype, Fn&& fn) {
   if (!narrowVectorAvailable()) return 0;
   switch (dtype) {
     case xdevFloat16:
-      return reduceAs<F16>(dst, a, b, count, op);
+      return fn(F16{});
     case xdevBfloat16:
-      return reduceAs<BF16>(dst, a, b, count, op);
+      return fn(BF16{});
     case xdevFloat8e4m3:
-      return reduceAs<E4M3>(dst, a, b, count, op);
+      return fn(E4M3{});
     case xdevFloat8e5m2:
-      return reduceAs<E5M2>(dst, a, b, count, op);
+      return fn(E5M2{});
     default:
       return 0;
   }
+}
+
+size_t reduceNarrowVector(void* dst, const void* a, const void* b, size_t count,
+                          xdevDataType_t dtype, xdevRedOp_t op) {
+  return byNarrowType(dtype, [&](auto t) { return reduceAs<decltype(t)>(dst, a, b, count, op); });
 }
 
 size_t scaleNarrowVector(void* dst, const void* src, size_t count, xdevDataType_t dtype, float s) {
-  if (!narrowVectorAvailable()) return 0;
-  switch (dtype) {
-    case xdevFloat16:
-      return scaleAs<F16>(dst, src, count, s);
-    case xdevBfloat16:
-      return scaleAs<BF16>(dst, src, count, s);
-    case xdevFloat8e4m3:
-      return scaleAs<E4M3>(dst, src, count, s);
-    case xdevFloat8e5m2:
-      return scaleAs<E5M2>(dst, src, count, s);
-    default:
-      return 0;
-  }
+  return byNarrowType(dtype, [&](auto t) { return scaleAs<decltype(t)>(dst, src, count, s); });
 }
 
 size_t divideNarrowVector(void* dst, size_t count, xdevDataType_t dtype, float divisor) {
-  if (!narrowVectorAvailable()) return 0;
-  switch (dtype) {
-    case xdevFloat16:
-      return divideAs<F16>(dst, count, divisor);
-    case xdevBfloat16:
-      return divideAs<BF16>(dst, count, divisor);
-    case xdevFloat8e4m3:
-      return divideAs<E4M3>(dst, count, divisor);
-    case xdevFloat8e5m2:
-      return divideAs<E5M2>(dst, count, divisor);
-    default:
-      return 0;
-  }
+  return byNarrowType(dtype, [&](auto t) { return divideAs<decltype(t)>(dst, count, divisor); });
 }
 
 #else  // not x86-64: the portable loops serve
