@@ -104,11 +104,27 @@ WorkXCCL::WorkXCCL(int rank, c10d::OpType type, const char* opName, uint64_t seq
       comm_(std::move(comm)),
       blockingWait_(blockingWait),
       errorMode_(errorMode),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()),
-          stream ? std::vector<c10::Device>{stream->device()} : std::vector<c10::Device>{})),
       stream_(stream),
-      hostBlocking_(hostBlocking) {}
+      hostBlocking_(hostBlocking) {
+  // A device future is marked at launch (setEnd); a host one only when someone asks for it
+  // (getFuture): most host Works are waited for and dropped, and the future's type, value
+  // and locks were a fifth of the backend's per-call work on a small collective.
+  if (stream_) future_ = makeFuture();
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkXCCL::makeFuture() const {
+  return c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::ofTensors(),
+      stream_ ? std::vector<c10::Device>{stream_->device()} : std::vector<c10::Device>{});
+}
+
+void WorkXCCL::markFuture(const c10::intrusive_ptr<c10::ivalue::Future>& f) {
+  if (auto e = exception()) {
+    f->setError(e);
+  } else {
+    f->markCompleted(c10::IValue(outputs_));
+  }
+}
 
 float WorkXCCL::getDuration() const {
   TORCH_CHECK(callerTimes_ || startOnDevice_ || startEvent_, "xccl ", opName_,
@@ -235,11 +251,15 @@ void WorkXCCL::complete(std::exception_ptr error) {
     done_.store(true);
   }
   if (futureMarked_) return;  // a device future completed at launch
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
+  // Exactly one of complete() and getFuture() marks the future: whichever finds it made and
+  // the Work settled, under futureMu_.
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  {
+    std::lock_guard<std::mutex> g(futureMu_);
+    settled_ = true;
+    f = future_;
   }
+  if (f) markFuture(f);  // outside the locks: its callbacks may launch collectives
 }
 
 bool WorkXCCL::isCompleted() {
@@ -336,10 +356,22 @@ void WorkXCCL::abort() {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkXCCL::getFuture() {
-  if (!futureWanted_.exchange(true) && !done_.load()) {
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  bool markNow = false;
+  {
+    std::lock_guard<std::mutex> g(futureMu_);
+    if (!future_) {
+      future_ = makeFuture();
+      markNow = settled_;  // complete() ran before there was a future to mark
+    }
+    f = future_;
+  }
+  if (markNow) {
+    markFuture(f);
+  } else if (!futureWanted_.exchange(true) && !done_.load()) {
     if (auto q = completionQueue_.lock()) q->wake();
   }
-  return future_;
+  return f;
 }
 
 }  // namespace torch_xccl

@@ -219,7 +219,12 @@ class WorkXCCL : public c10d::Work {
   uint64_t collSeq_ = 0;   // collective number for the desync report (0: point-to-point)
   uint64_t flightId_ = 0;  // its flight-recorder entry (0: none)
   mutable std::atomic<bool> timedOut_{false};  // set by makeError: the recorder's "timed out"
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  // The future's type and devices; marks f with the outcome (after complete()).
+  c10::intrusive_ptr<c10::ivalue::Future> makeFuture() const;
+  void markFuture(const c10::intrusive_ptr<c10::ivalue::Future>& f);
+  std::mutex futureMu_;  // future_ and settled_
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // device: made at once; host: on request
+  bool settled_ = false;                            // complete() has run
   std::atomic<bool> futureWanted_{false};
   std::weak_ptr<CompletionQueue> completionQueue_;  // weak: the queue holds the Work
   std::optional<c10::Stream> stream_;               // device operations: the communication stream

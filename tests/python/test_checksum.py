@@ -28,3 +28,19 @@ def test_checksummed_results_are_right_and_a_flip_fails_every_rank(monkeypatch, 
     monkeypatch.setenv("XCCL_RUNTIME_CONNECT", "0")
     for r in run_world(w.allreduce_outcome, 3, timeout=100, device=device, **kw):
         assert r["sum"] is None and "failed its checksum" in r["error"], r
+
+
+@pytest.mark.timeout(120)
+def test_the_future_of_a_work_that_failed_on_the_caller_carries_its_error(monkeypatch):
+    # A host Work makes its future only when asked (most are waited for and dropped): asked
+    # after the Work settled, the future is born with the outcome, an error included.
+    monkeypatch.setenv("XCCL_CHECKSUM", "1")
+    monkeypatch.setenv("XCCL_RUNTIME_CONNECT", "0")
+    monkeypatch.setenv("TORCH_XCCL_ASYNC_ERROR_HANDLING", "0")
+    want = float((1 << 18) * (1 + 2 + 3))
+    for r in run_world(w.future_of_a_work_done_on_the_caller, 3, timeout=100):
+        assert r == {"at": None, "done": True, "fut_done": True, "sum": want}, r
+    monkeypatch.setenv("XCCL_CHECKSUM_FLIP", "2")
+    for r in run_world(w.future_of_a_work_done_on_the_caller, 3, timeout=100):
+        assert r["at"] == "future" and r["done"] and r["fut_done"], r
+        assert "failed its checksum" in r["error"], r
