@@ -222,7 +222,7 @@ class WorkXCCL : public c10d::Work {
   // The future's type and devices; marks f with the outcome (after complete()).
   c10::intrusive_ptr<c10::ivalue::Future> makeFuture() const;
   void markFuture(const c10::intrusive_ptr<c10::ivalue::Future>& f);
-  std::mutex futureMu_;  // future_ and settled_
+  std::mutex futureMu_;                             // future_ and settled_
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // device: made at once; host: on request
   bool settled_ = false;                            // complete() has run
   std::atomic<bool> futureWanted_{false};
