@@ -9,6 +9,9 @@ Systems (each rank holds all four at once):
              registered host memory the ranks read in place (issue 27's "registered buffers")
   xccl_solo  the same call on a group of one rank (each rank its own): no communication, so
              torch's dispatch and the backend's per-call work, the floor of the xccl rows
+  torch_floor the same call on a group of one rank with torch's own FakeProcessGroup (backend
+             "fake", torch.testing._internal.distributed.fake_pg): a backend that does nothing,
+             so torch's dispatch alone; xccl_solo - torch_floor is xccl's own per-call work
   ds_shm     deepspeed.comm.inference_all_reduce with DS_ACCELERATOR=cpu: DeepSpeed's
              shared-memory op (csrc/cpu/comm/shm.cpp, JIT-built with ninja/g++). DeepSpeed
              takes it only when LOCAL_SIZE equals the world size and the op builds; this script
@@ -78,7 +81,7 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # 
 from bench import util  # noqa: E402
 from bench.bench_torch import BUS_FACTOR, median, metadata  # noqa: E402
 
-SYSTEMS = ["gloo", "xccl", "xccl_reg", "xccl_solo", "ds_shm", "mpi"]
+SYSTEMS = ["gloo", "xccl", "xccl_reg", "xccl_solo", "torch_floor", "ds_shm", "mpi"]
 PEERS = ["gloo", "ds_shm", "mpi"]
 DEFAULT_SIZES = "8,1K,64K,256K,1M,4M,16M,64M"
 API = {
@@ -88,6 +91,8 @@ API = {
                 "(registered: memory the host's ranks map and read in place)",
     "xccl_solo": "the same call on a group of one rank, backend 'xccl' (no communication: "
                  "torch's and the backend's own per-call floor)",
+    "torch_floor": "the same call on a group of one rank, torch's FakeProcessGroup (backend "
+                   "'fake': no work at all, torch's dispatch alone)",
     "ds_shm": "deepspeed.comm.inference_all_reduce(t) -> torch.ops.deepspeed."
               "inference_all_reduce_ (DeepSpeed CPU shm op, in place)",
     "mpi": "mpi4py comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM) (Open MPI)",
@@ -197,6 +202,12 @@ class Peers:
             g = dist.new_group([i], timeout=to)
             if i == self.rank:
                 self.solo = g
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401  backend "fake"
+        self.fake = None
+        for i in range(self.n):
+            g = dist.new_group([i], backend="fake", timeout=to)
+            if i == self.rank:
+                self.fake = g
         self.ds = None
         self.ds_check = self.init_deepspeed()
 
@@ -302,10 +313,10 @@ class Peers:
         expected = torch.arange(count, dtype=f32).remainder_(13).mul_(n).add_(n * (n - 1) / 2)
         buf = torch.zeros(count, dtype=f32)  # zeros: repeated in-place sums stay finite
 
-        if system in ("gloo", "xccl", "xccl_reg", "xccl_solo"):
-            g = {"gloo": self.gloo, "xccl_solo": self.solo}.get(system)
-            if system == "xccl_solo":
-                expected = pattern()
+        if system in ("gloo", "xccl", "xccl_reg", "xccl_solo", "torch_floor"):
+            g = {"gloo": self.gloo, "xccl_solo": self.solo, "torch_floor": self.fake}.get(system)
+            if system in ("xccl_solo", "torch_floor"):
+                expected = pattern()  # a group of one (the fake group changes nothing either)
             if system == "xccl_reg":
                 with self.torch_xccl.peer_memory(min_bytes=1):
                     buf = torch.zeros(count, dtype=f32)
@@ -454,6 +465,9 @@ def rank_main(a):
             if "xccl_solo" in row["systems"]:
                 row["xccl_over_floor_us"] = (row["systems"]["xccl"]["time_us"]
                                              - row["systems"]["xccl_solo"]["time_us"])
+            if "torch_floor" in row["systems"]:
+                row["xccl_over_torch_floor_us"] = (row["systems"]["xccl"]["time_us"]
+                                                   - row["systems"]["torch_floor"]["time_us"])
             results.append(row)
             if a.progress:
                 print("  " + util.fmt_bytes(count * 4).rjust(6) + "  " + "  ".join(
@@ -549,9 +563,10 @@ def print_report(out):
                   f"{r['memcpy_GBps']:8.2f} {v['busbw_over_memcpy']:7.3f}  {ok}")
         print()
     print("summary: time per op (us); xccl/best = xccl time / fastest correct peer "
-          "(< 1: xccl faster); reg/best the same for xccl_reg; -floor = xccl - xccl_solo (us)")
+          "(< 1: xccl faster); reg/best the same for xccl_reg; -floor = xccl - xccl_solo (us); "
+          "-torch = xccl - torch_floor (us)")
     head = f"  {'size':>8} {'memcpy us':>9}" + "".join(f" {s:>10}" for s in systems)
-    print(head + f" {'best peer':>10} {'xccl/best':>9} {'reg/best':>9} {'-floor':>7}")
+    print(head + f" {'best peer':>10} {'xccl/best':>9} {'reg/best':>9} {'-floor':>7} {'-torch':>7}")
     for r in rows:
         line = f"  {util.fmt_bytes(r['bytes']):>8} {r['memcpy_us']:9.2f}"
         for s in systems:
@@ -563,6 +578,8 @@ def print_report(out):
         line += (f" {r['xccl_reg_time_over_best_peer']:9.3f}"
                  if "xccl_reg_time_over_best_peer" in r else f" {'-':>9}")
         line += (f" {r['xccl_over_floor_us']:7.2f}" if "xccl_over_floor_us" in r else f" {'-':>7}")
+        line += (f" {r['xccl_over_torch_floor_us']:7.2f}" if "xccl_over_torch_floor_us" in r
+                 else f" {'-':>7}")
         print(line)
     chk = out["deepspeed_shm_check"]
     print()
@@ -596,10 +613,12 @@ def plot(out, png):
     from matplotlib.ticker import FuncFormatter
     style = {"xccl": ("tab:blue", "o"), "gloo": ("tab:orange", "s"),
              "xccl_reg": ("tab:purple", "v"), "xccl_solo": ("tab:gray", "."),
+             "torch_floor": ("black", "x"),
              "ds_shm": ("tab:green", "^"), "mpi": ("tab:red", "D")}
     label = {"xccl": "xccl (torch_xccl)", "gloo": "gloo", "ds_shm": "DeepSpeed CPU shm",
              "mpi": "Open MPI MPI_Allreduce", "xccl_reg": "xccl, torch_xccl.peer_memory() tensor",
-             "xccl_solo": "xccl on a group of one (per-call floor)"}
+             "xccl_solo": "xccl on a group of one (per-call floor)",
+             "torch_floor": "torch's fake backend on a group of one (torch's floor)"}
     rows, meta, n = out["results"], out["meta"], out["world_size"]
     fig, ax = plt.subplots(figsize=(7.5, 5.2))
     xs = [r["bytes"] for r in rows]
