@@ -240,7 +240,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launc
     numberAndRecord(op, l);
     Target target;
     target.stream = XCCL_STREAM_CALLER;
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 =
+        timing_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     Enqueued e = enqueueOn(*l.dc->state, target, op.enqueue, /*recordEvent=*/false);
     if (timing_) l.work->callerTimes_.emplace(t0, std::chrono::steady_clock::now());
     if (!e.open) {

@@ -47,26 +47,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
   const char* op = "allreduce";
   const at::Tensor& t = single(op, tensors);
   TORCH_CHECK(!opts.sparseIndices.has_value(), "xccl ", op, ": sparse allreduce is not supported");
-  auto xop = toXcclOp(op, opts.reduceOp, t.scalar_type());
-  at::Tensor buf = contig(t);
+  // The per-call path of the commonest collective (DDP's buckets, small blocking calls):
+  // nothing here allocates that need not. The staging buffer and the PREMUL_SUM factor are
+  // kept alive only when they are not the output itself (with a factor both are, as the
+  // desync report describes them), and the enqueue captures one
+  // reference, which std::function holds without a heap block.
+  struct Args {
+    at::Tensor buf;
+    xcclRedOp_t xop;
+    at::Tensor factor;
+  } a{contig(t), toXcclOp(op, opts.reduceOp, t.scalar_type()), {}};
   CopyBack cb;
-  cb.add(t, buf);
-  std::vector<at::Tensor> keep{buf};
-  at::Tensor factor;
-  if (xop == xcclPremulSum) {
-    factor = premulFactor(op, opts.reduceOp, t.scalar_type());
-    keep.push_back(factor);
+  cb.add(t, a.buf);
+  std::vector<at::Tensor> keep;
+  if (!a.buf.is_same(t) || a.xop == xcclPremulSum) keep.push_back(a.buf);
+  if (a.xop == xcclPremulSum) {
+    a.factor = premulFactor(op, opts.reduceOp, t.scalar_type());
+    keep.push_back(a.factor);
   }
-  return launch(
-      {.name = op,
-       .type = c10d::OpType::ALLREDUCE,
-       .inputs = t,
-       .timeout = opts.timeout,
-       .outputs = {t},
-       .keepAlive = keep,
-       .post = cb.fn(),
-       .enqueue = [&](const Target& tg) { return enqueueAllreduce(op, buf, xop, factor, tg); },
-       .extra = blockingCall(opts)});
+  return launch({.name = op,
+                 .type = c10d::OpType::ALLREDUCE,
+                 .inputs = t,
+                 .timeout = opts.timeout,
+                 .outputs = {t},
+                 .keepAlive = std::move(keep),
+                 .post = cb.fn(),
+                 .enqueue =
+                     [&a](const Target& tg) {
+                       return enqueueAllreduce("allreduce", a.buf, a.xop, a.factor, tg);
+                     },
+                 .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(

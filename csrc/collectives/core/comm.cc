@@ -354,13 +354,15 @@ uint64_t Comm::runHere(OpEntry op) {
     xcclResult_t err = asyncError_.load();
     if (err != xcclSuccess) throw Error(toKind(err), errorMsg_);
     op.id = id = enqueued_.load() + 1;
-    queue_.push_back(std::move(op));
     enqueued_.store(id);
-    // Earlier ops finish (or fail, within their deadline) on the progress thread or their
-    // callers; then this one is at the front.
-    doneCv_.wait(lock, [&] { return queue_.front().id == id && !running_; });
-    op = std::move(queue_.front());
-    queue_.pop_front();
+    if (!queue_.empty() || running_) {
+      queue_.push_back(std::move(op));
+      // Earlier ops finish (or fail, within their deadline) on the progress thread or their
+      // callers; then this one is at the front.
+      doneCv_.wait(lock, [&] { return queue_.front().id == id && !running_; });
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }  // else nothing is ahead of it: it runs at once, never entering the queue
     running_ = true;
   }
   execute(op);
