@@ -13,7 +13,7 @@ this machine's read bandwidth (the `read` column, timed in the same run).
 
 Usage: python bench/bench_checks.py [--world-size 2] [--sizes 8 1M 64M] [--rounds 9]
            [--dtype float32|bfloat16|float16|...] [--device cpu|xdev]
-           [--configs timing nan-check checksum reproducible no-peer-read]  (default: timing nan-check)
+           [--configs timing nan-check checksum reproducible foldchain no-peer-read]  (default: timing nan-check)
 """
 import argparse
 import datetime
@@ -35,6 +35,8 @@ CONFIGS = {
     "nan-check": {"TORCH_XCCL_NAN_CHECK": "1"},
     "checksum": {"XCCL_CHECKSUM": "1"},
     "reproducible": {"XCCL_REPRODUCIBLE": "1"},
+    # The same, with the pipelined chain ("foldchain") at every size above `direct`'s.
+    "foldchain": {"XCCL_REPRODUCIBLE": "1", "XCCL_FOLDCHAIN_MIN_RANKS": "2"},
     # The rings without the single copy (which checksums turn off): checksums' own cost.
     "no-peer-read": {"XCCL_PEER_READ": "0"},
 }

@@ -77,7 +77,11 @@ TEST_F(Select, AutomaticChoiceFollowsMessageSize) {
 TEST_F(Select, ReproducibleAllreducesChainFromManyRanks) {
   ScopedEnv algo("XCCL_ALGO", nullptr);
   ScopedEnv on("XCCL_REPRODUCIBLE", "1");
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ordered");  // 4 ranks < 8, the default
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "foldchain");  // 4 ranks >= 3, the default
+  {
+    ScopedEnv from8("XCCL_FOLDCHAIN_MIN_RANKS", "8");
+    EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ordered");
+  }
   ScopedEnv from4("XCCL_FOLDCHAIN_MIN_RANKS", "4");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "foldchain");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20, xcclInt32, xcclMax), "foldchain");

@@ -50,8 +50,10 @@ XCCL_PARAM(RabenseifnerMinRanks, "RABENSEIFNER_MIN_RANKS", 32, 2, kKnobMax)
 // From this many ranks on, reproducible allreduces above the direct size run "foldchain" (the
 // rank-order fold as a pipeline between neighbours) before "ordered" (every owner receives
 // from every rank): 8 processes at 512 KiB, 1.0 against 4.6 ms; 64 at 4 MiB, 110 against
-// 911 ms; 4 at 1 MiB, 0.81 against 0.67 ms (2 cores; BENCHMARKS.md section 18).
-XCCL_PARAM(FoldchainMinRanks, "FOLDCHAIN_MIN_RANKS", 8, 2, kKnobMax)
+// 911 ms. Through torch, in place, against the default in the same processes: 3 and 4 ranks
+// 0.93-1.07 x at 1-64 MiB with the chain, 0.78-1.50 x with "ordered" (2 cores; BENCHMARKS.md
+// section 18). Two ranks keep "ordered": the chain would leave every reduction to rank 1.
+XCCL_PARAM(FoldchainMinRanks, "FOLDCHAIN_MIN_RANKS", 3, 2, kKnobMax)
 XCCL_PARAM(RabenseifnerMax, "RABENSEIFNER_MAX", 4 << 20, 0, kKnobMax)
 // From this size on, allreduce across hosts prefers "hierarchical" (its three phases wait
 // for each other: below ~2 MiB on a fast link the flat ring's single pipeline wins;
