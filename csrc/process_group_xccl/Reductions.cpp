@@ -44,14 +44,14 @@ xcclResult_t enqueueReduceScatter(const at::Tensor& send, const at::Tensor& out,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  const char* op = "allreduce";
+  constexpr const char* op = "allreduce";  // a constant: the enqueue needs no capture of it
   const at::Tensor& t = single(op, tensors);
   TORCH_CHECK(!opts.sparseIndices.has_value(), "xccl ", op, ": sparse allreduce is not supported");
   // The per-call path of the commonest collective (DDP's buckets, small blocking calls):
   // nothing here allocates that need not. The staging buffer and the PREMUL_SUM factor are
   // kept alive only when they are not the output itself (with a factor both are, as the
-  // desync report describes them), and the enqueue captures one
-  // reference, which std::function holds without a heap block.
+  // desync report describes them), and the enqueue captures one reference, which
+  // std::function holds without a heap block.
   struct Args {
     at::Tensor buf;
     xcclRedOp_t xop;
@@ -65,18 +65,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce(std::vector<at::Tenso
     a.factor = premulFactor(op, opts.reduceOp, t.scalar_type());
     keep.push_back(a.factor);
   }
-  return launch({.name = op,
-                 .type = c10d::OpType::ALLREDUCE,
-                 .inputs = t,
-                 .timeout = opts.timeout,
-                 .outputs = {t},
-                 .keepAlive = std::move(keep),
-                 .post = cb.fn(),
-                 .enqueue =
-                     [&a](const Target& tg) {
-                       return enqueueAllreduce("allreduce", a.buf, a.xop, a.factor, tg);
-                     },
-                 .extra = blockingCall(opts)});
+  return launch(
+      {.name = op,
+       .type = c10d::OpType::ALLREDUCE,
+       .inputs = t,
+       .timeout = opts.timeout,
+       .outputs = {t},
+       .keepAlive = std::move(keep),
+       .post = cb.fn(),
+       .enqueue =
+           [&a](const Target& tg) { return enqueueAllreduce(op, a.buf, a.xop, a.factor, tg); },
+       .extra = blockingCall(opts)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::allreduce_coalesced(
