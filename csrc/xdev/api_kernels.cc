@@ -82,6 +82,21 @@ xdevError_t xdevReduce(void* dst, const void* a, const void* b, size_t count, xd
   });
 }
 
+xdevError_t xdevReduceCopy(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
+                           size_t count, xdevDataType_t dtype, xdevRedOp_t op) {
+  return api("xdevReduceCopy", [&] {
+    xdev::checkReduce(dtype, op);
+    XDEV_REQUIRE(ndst >= 1 && nsrc >= 1, xdevErrorInvalidValue, "reduce-copy of ", nsrc,
+                 " sources into ", ndst, " destinations (at least one each)");
+    XDEV_REQUIRE(count == 0 || (dsts != nullptr && srcs != nullptr), xdevErrorInvalidValue,
+                 "NULL operand list");
+    for (int k = 0; k < ndst && count > 0; ++k) checkOperands(count, {dsts[k]});
+    for (int k = 0; k < nsrc && count > 0; ++k) checkOperands(count, {srcs[k]});
+    xdev::reduceCopyKernel(dsts, ndst, srcs, nsrc, count, dtype, op);
+    return xdevSuccess;
+  });
+}
+
 xdevError_t xdevScale(void* dst, const void* src, size_t count, xdevDataType_t dtype,
                       const void* hostScalar) {
   return api("xdevScale", [&] {

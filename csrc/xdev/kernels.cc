@@ -4,6 +4,9 @@
 // each step and rounded once (common/half.h).
 #include "kernels.h"
 
+#include <emmintrin.h>
+
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -130,6 +133,74 @@ void reduceTyped(void* dst, const void* a, const void* b, size_t n, xdevRedOp_t 
       default:
         break;
     }
+  }
+}
+
+// reduceCopyKernel for the types computed as they are: a block of the fold in registers (or
+// the stack), stored to every destination. A destination that is not a source, of a call of
+// kStreamBytes or more, takes streaming stores (whole 16-byte aligned blocks): its lines are
+// not fetched only to be overwritten, and a result that large would not stay in the cache.
+// Measured with two processes on this machine's 2 cores, out of place: 16 MiB 1.0 against
+// 1.9 ms, 64 MiB 6.2 against 9.3 ms; in place the destinations are the sources, in the cache.
+constexpr size_t kStreamBytes = size_t{1} << 20;
+
+template <typename Op, typename T>
+void reduceCopyLoop(void* const* dsts, int nd, const void* const* srcs, int ns, size_t n) {
+  constexpr size_t kB = 256 / sizeof(T);
+  constexpr int kMaxStreamed = 64;
+  bool stream[kMaxStreamed] = {};
+  bool any = false;
+  if (n * sizeof(T) >= kStreamBytes) {
+    for (int k = 0; k < nd && k < kMaxStreamed; ++k) {
+      bool source = false;
+      for (int j = 0; j < ns; ++j) source = source || dsts[k] == srcs[j];
+      stream[k] = !source && (reinterpret_cast<uintptr_t>(dsts[k]) & 15) == 0;
+      any = any || stream[k];
+    }
+  }
+  for (size_t i = 0; i < n; i += kB) {
+    const size_t b = n - i < kB ? n - i : kB;
+    alignas(16) T acc[kB];
+    const T* s0 = static_cast<const T*>(srcs[0]) + i;
+    if (ns == 1) {
+      for (size_t j = 0; j < b; ++j) acc[j] = s0[j];
+    } else {
+      const T* s1 = static_cast<const T*>(srcs[1]) + i;
+      for (size_t j = 0; j < b; ++j) acc[j] = Op::apply(s0[j], s1[j]);
+    }
+    for (int k = 2; k < ns; ++k) {
+      const T* sk = static_cast<const T*>(srcs[k]) + i;
+      for (size_t j = 0; j < b; ++j) acc[j] = Op::apply(acc[j], sk[j]);
+    }
+    for (int k = 0; k < nd; ++k) {
+      T* d = static_cast<T*>(dsts[k]) + i;
+      if (k < kMaxStreamed && stream[k] && b == kB) {
+        const auto* from = reinterpret_cast<const __m128i*>(acc);
+        auto* to = reinterpret_cast<__m128i*>(d);
+        for (size_t j = 0; j < sizeof(acc) / 16; ++j)
+          _mm_stream_si128(to + j, _mm_load_si128(from + j));
+        continue;
+      }
+      for (size_t j = 0; j < b; ++j) d[j] = acc[j];
+    }
+  }
+  if (any) _mm_sfence();  // streaming stores are weakly ordered: done before the caller says so
+}
+
+template <typename T>
+bool reduceCopyTyped(void* const* dsts, int nd, const void* const* srcs, int ns, size_t n,
+                     xdevRedOp_t op) {
+  switch (op) {
+    case xdevSum:
+      return reduceCopyLoop<OpSum, T>(dsts, nd, srcs, ns, n), true;
+    case xdevProd:
+      return reduceCopyLoop<OpProd, T>(dsts, nd, srcs, ns, n), true;
+    case xdevMax:
+      return reduceCopyLoop<OpMax, T>(dsts, nd, srcs, ns, n), true;
+    case xdevMin:
+      return reduceCopyLoop<OpMin, T>(dsts, nd, srcs, ns, n), true;
+    default:
+      return false;  // the bitwise ops: through reduceKernel, a block at a time
   }
 }
 
@@ -287,6 +358,44 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDat
       return reduceTyped<uint64_t>(dst, a, b, count, op);
     default:
       return;
+  }
+}
+
+void reduceCopyKernel(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+                      xdevDataType_t dtype, xdevRedOp_t op) {
+  if (count == 0 || ndst < 1 || nsrc < 1) return;
+  switch (dtype) {  // the common types, fused
+    case xdevFloat32:
+      if (reduceCopyTyped<float>(dsts, ndst, srcs, nsrc, count, op)) return;
+      break;
+    case xdevFloat64:
+      if (reduceCopyTyped<double>(dsts, ndst, srcs, nsrc, count, op)) return;
+      break;
+    case xdevInt32:
+      if (reduceCopyTyped<int32_t>(dsts, ndst, srcs, nsrc, count, op)) return;
+      break;
+    case xdevInt64:
+      if (reduceCopyTyped<int64_t>(dsts, ndst, srcs, nsrc, count, op)) return;
+      break;
+    default:
+      break;
+  }
+  // Every other type and op: reduceKernel and copies, 1 KiB at a time (in the cache).
+  const size_t es = typeSize(dtype);
+  constexpr size_t kBlock = 1024;
+  alignas(64) unsigned char acc[kBlock];
+  const size_t per = kBlock / es;
+  for (size_t o = 0; o < count; o += per) {
+    const size_t c = count - o < per ? count - o : per, at = o * es;
+    auto src = [&](int k) { return static_cast<const unsigned char*>(srcs[k]) + at; };
+    if (nsrc == 1) {
+      std::memcpy(acc, src(0), c * es);
+    } else {
+      reduceKernel(acc, src(0), src(1), c, dtype, op);
+    }
+    for (int k = 2; k < nsrc; ++k) reduceKernel(acc, acc, src(k), c, dtype, op);
+    for (int k = 0; k < ndst; ++k)
+      std::memcpy(static_cast<unsigned char*>(dsts[k]) + at, acc, c * es);
   }
 }
 

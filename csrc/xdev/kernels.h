@@ -21,6 +21,12 @@ void checkDivide(const xdevDataType_t& dtype, int64_t divisor);
 // dst[i] = a[i] op b[i] (dst may equal a or b).
 void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDataType_t dtype,
                   xdevRedOp_t op);
+// dsts[k][i] = ((srcs[0][i] op srcs[1][i]) op srcs[2][i]) ... for every k < ndst (nsrc >= 1):
+// the sources are read once and each block of the result is stored to every destination while
+// the block's sources are still in the cache. Any destination may be any source (each block is
+// read whole before it is written).
+void reduceCopyKernel(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+                      xdevDataType_t dtype, xdevRedOp_t op);
 // dst[i] = src[i] * scalar; scalar holds one value of dtype.
 void scaleKernel(void* dst, const void* src, size_t count, xdevDataType_t dtype,
                  const void* scalar);

@@ -103,6 +103,57 @@ TEST(XdevKernels, ReduceOnAStreamMatchesTheReference) {
   XDEV_ASSERT_OK(xdevStreamDestroy(s));
 }
 
+// xdevReduceCopy: the rank-order fold of 1 to 3 sources stored to 1 or 3 destinations, against
+// xdevReduce applied in the same order, for every type and op, at an odd size and at one large
+// enough for streaming stores (> 1 MiB for the 4- and 8-byte types), with a destination that
+// is a source (in place), one that is not, and one not 16-byte aligned.
+TEST(XdevKernels, ReduceCopyIsTheFoldStoredEverywhere) {
+  const xdevDataType_t types[] = {xdevInt8,    xdevUint8,      xdevInt32,      xdevInt64,
+                                  xdevFloat16, xdevFloat32,    xdevFloat64,    xdevBfloat16,
+                                  xdevBool,    xdevFloat8e4m3, xdevFloat8e5m2, xdevUint16,
+                                  xdevUint32,  xdevUint64};
+  const xdevRedOp_t ops[] = {xdevSum, xdevProd, xdevMax, xdevMin, xdevBand, xdevBor, xdevBxor};
+  for (auto t : types) {
+    const bool isFloat = t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 ||
+                         t == xdevBfloat16 || t == xdevFloat8e4m3 || t == xdevFloat8e5m2;
+    for (size_t n : {size_t(1031), size_t(300001)}) {
+      const size_t es = sizeOf(t), bytes = n * es;
+      std::vector<std::vector<char>> in(3, std::vector<char>(bytes));
+      for (int k = 0; k < 3; ++k) {
+        for (size_t i = 0; i < n; ++i) put(in[k].data(), i, t, input(k + 1, i));
+      }
+      for (auto op : ops) {
+        if (isFloat && (op == xdevBand || op == xdevBor || op == xdevBxor)) continue;
+        for (int ns = 1; ns <= 3; ++ns) {
+          std::vector<char> want(in[0]);
+          for (int k = 1; k < ns; ++k) {
+            XDEV_ASSERT_OK(xdevReduce(want.data(), want.data(), in[k].data(), n, t, op));
+          }
+          std::vector<char> src0(in[0]), plain(bytes, 0x5a), odd(bytes + 16, 0x5a);
+          const void* srcs[3] = {src0.data(), in[1].data(), in[2].data()};
+          void* dsts[3] = {plain.data(), odd.data() + 4, src0.data()};  // the last in place
+          XDEV_ASSERT_OK(xdevReduceCopy(dsts, 3, srcs, ns, n, t, op));
+          for (int k = 0; k < 3; ++k) {
+            ASSERT_EQ(0, std::memcmp(dsts[k], want.data(), bytes))
+                << "type " << t << " op " << op << " n " << n << " sources " << ns << " dst " << k;
+          }
+          std::vector<char> one(bytes);
+          void* only[1] = {one.data()};
+          XDEV_ASSERT_OK(xdevReduceCopy(only, 1, srcs + 1, 1, n, t, op));  // a copy
+          ASSERT_EQ(0, std::memcmp(one.data(), in[1].data(), bytes)) << "type " << t;
+        }
+      }
+    }
+  }
+  float f[4] = {1, 2, 3, 4};
+  void* d[1] = {f};
+  const void* s1[1] = {f};
+  EXPECT_EQ(xdevErrorInvalidValue, xdevReduceCopy(d, 0, s1, 1, 4, xdevFloat32, xdevSum));
+  EXPECT_EQ(xdevErrorInvalidValue, xdevReduceCopy(d, 1, s1, 0, 4, xdevFloat32, xdevSum));
+  EXPECT_EQ(xdevErrorInvalidValue, xdevReduceCopy(d, 1, s1, 1, 4, xdevFloat32, xdevBand));
+  EXPECT_EQ(xdevErrorInvalidValue, xdevReduceCopy(nullptr, 1, s1, 1, 4, xdevFloat32, xdevSum));
+}
+
 TEST(XdevKernels, ScaleThenDivideOnAStreamRoundTrips) {
   xdevStream_t s;
   XDEV_ASSERT_OK(xdevStreamCreate(&s));

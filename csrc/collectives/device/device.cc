@@ -1,6 +1,8 @@
 // The dtype/op support matrix and the Device defaults (selection: registry.cc).
 #include "device.h"
 
+#include <algorithm>
+
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/sum64.h"
@@ -67,6 +69,35 @@ void Device::reduceHashed(void* dst, const void* a, const void* b, size_t count,
 
 void* Device::openShared(const std::string&, int, size_t) {
   throw InvalidUsage(strCat("device ", name(), " cannot map a peer's shared memory"));
+}
+
+void Device::reduceCopy(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
+                        size_t count, xcclDataType_t dtype, xcclRedOp_t op) {
+  XCCL_CHECK(ndst >= 1 && nsrc >= 1, "reduceCopy: ", nsrc, " sources into ", ndst, " destinations");
+  const size_t es = dtypeSize(dtype);
+  const size_t per = std::max<size_t>(1, (size_t{256} << 10) / es);
+  const size_t block = std::min(per, count);
+  if (block == 0) return;
+  void* tmp = alloc(block * es);
+  try {
+    for (size_t o = 0; o < count; o += per) {
+      const size_t c = std::min(per, count - o), at = o * es;
+      auto src = [&](int k) { return static_cast<const char*>(srcs[k]) + at; };
+      if (nsrc == 1) {
+        copy(tmp, src(0), c * es, CopyKind::kDeviceToDevice);
+      } else {
+        reduce(tmp, src(0), src(1), c, dtype, op);
+      }
+      for (int k = 2; k < nsrc; ++k) reduce(tmp, tmp, src(k), c, dtype, op);
+      for (int k = 0; k < ndst; ++k) {
+        copy(static_cast<char*>(dsts[k]) + at, tmp, c * es, CopyKind::kDeviceToDevice);
+      }
+    }
+  } catch (...) {
+    free(tmp);
+    throw;
+  }
+  free(tmp);
 }
 
 void Device::closeShared(void*, size_t, bool) {}

@@ -74,6 +74,13 @@ class Device {
   // for integer types.
   virtual void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
                       xcclRedOp_t op) = 0;
+  // dsts[k][i] = ((srcs[0][i] op srcs[1][i]) op srcs[2][i]) ... for every k < ndst (nsrc >= 1,
+  // ndst >= 1): reduce()'s fold, stored to several places ("mapped", algorithms/slot.cc). A
+  // destination may be a source. By default reduce() and copy() through a temporary of this
+  // device, 256 KiB at a time; the host device (and xdev) does it in one pass, each block of
+  // the result stored everywhere while its sources are in the cache.
+  virtual void reduceCopy(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
+                          size_t count, xcclDataType_t dtype, xcclRedOp_t op);
   // dst[i] = src[i] * scalar, scalar a host value of `dtype` (dst may equal src).
   virtual void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
                      const void* scalar) = 0;

@@ -295,6 +295,11 @@ XDEV_API xdevError_t xdevReduce(void* dst, const void* a, const void* b, size_t 
                                 xdevDataType_t dtype, xdevRedOp_t op);
 XDEV_API xdevError_t xdevScale(void* dst, const void* src, size_t count, xdevDataType_t dtype,
                                const void* hostScalar);
+/* dsts[k][i] = ((srcs[0][i] op srcs[1][i]) op srcs[2][i]) ... for every k < ndst, nsrc >= 1,
+ * ndst >= 1, ops as xdevReduce: one pass over the sources, each block of the result stored to
+ * every destination while its sources are in the cache. A destination may be a source. */
+XDEV_API xdevError_t xdevReduceCopy(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
+                                    size_t count, xdevDataType_t dtype, xdevRedOp_t op);
 XDEV_API xdevError_t xdevDivide(void* dst, size_t count, xdevDataType_t dtype, int64_t divisor);
 
 #ifdef __cplusplus

@@ -175,6 +175,14 @@ void HostDevice::reduce(void* dst, const void* a, const void* b, size_t count, x
                    static_cast<xdevRedOp_t>(op)));
 }
 
+void HostDevice::reduceCopy(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
+                            size_t count, xcclDataType_t dtype, xcclRedOp_t op) {
+  XCCL_CHECK(opSupported(dtype, op) && op != xcclAvg && op != xcclPremulSum, "reduceCopy: op ",
+             xcclOpName(op), " is not an element-wise reduction for ", xcclTypeName(dtype));
+  check(xdevReduceCopy(dsts, ndst, srcs, nsrc, count, static_cast<xdevDataType_t>(dtype),
+                       static_cast<xdevRedOp_t>(op)));
+}
+
 void HostDevice::scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
                        const void* scalar) {
   XCCL_CHECK_ARG(dtypeSize(dtype) != 0 && dtype != xcclBool, "scale: not defined for ",

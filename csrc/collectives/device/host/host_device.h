@@ -29,6 +29,8 @@ class HostDevice : public Device {
                   uint64_t* hash) override;
   void reduceHashed(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
                     xcclRedOp_t op, uint64_t at, uint64_t* hash) override;
+  void reduceCopy(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+                  xcclDataType_t dtype, xcclRedOp_t op) override;
   void reduce(void* dst, const void* a, const void* b, size_t count, xcclDataType_t dtype,
               xcclRedOp_t op) override;
   void scale(void* dst, const void* src, size_t count, xcclDataType_t dtype,
