@@ -180,3 +180,131 @@ TEST(CommRegister, XdevCommunicatorsTakeDeviceMemoryOnly) {
 }
 
 }  // namespace
+
+namespace {
+
+// What the rank-order left fold of `n` ranks' inputs gives for element i (input of rank r:
+// value(r, i)), computed here as "mapped" must compute it: ((v0 op v1) op v2) ...
+template <typename T, typename Op>
+T foldOf(int n, size_t i, T (*value)(int, size_t), Op op) {
+  T acc = value(0, i);
+  for (int r = 1; r < n; ++r) acc = op(acc, value(r, i));
+  return acc;
+}
+
+float floatValue(int r, size_t i) {
+  return float(i % 97) * 0.1f + float(r) * 1e-3f + 1e-7f * float(i % 13);
+}
+int32_t intValue(int r, size_t i) {
+  return int32_t((i * 2654435761u + r * 40503u) % 100003) - 50000;
+}
+
+}  // namespace
+
+// "mapped" (forced), 3 processes, xcclMemAlloc buffers: float32 sums are the rank-order fold bit
+// for bit and int32 max exact, in place and out of place, at sizes that leave a rank an empty
+// slice (1 element), a ragged last slice, and slices large enough that the out-of-place
+// results bypass the cache (streaming stores, > 1 MiB a rank); bfloat16 (the blocked path of
+// the kernel) against its fold in float32 rounded per step. Avg divides the mapped sum.
+TEST(MemAlloc, MappedAllreduceIsTheRankOrderFoldInAndOutOfPlace) {
+  ScopedEnv algo("XCCL_ALGO", "allreduce=mapped");
+  const int n = 3;
+  xcclUniqueId id;
+  ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
+  xccl_test::runProcesses(
+      n,
+      [&](int rank) {
+        xcclComm_t comm = xccl_test::initProcessComm(id, n, rank);
+        for (size_t count : {size_t(1), size_t(17), size_t(70001), size_t(1) << 20}) {
+          const size_t bytes = count * sizeof(float);
+          float *a = nullptr, *b = nullptr;
+          check(xcclMemAlloc(reinterpret_cast<void**>(&a), bytes));
+          check(xcclMemAlloc(reinterpret_cast<void**>(&b), bytes));
+          for (size_t i = 0; i < count; ++i) a[i] = floatValue(rank, i);
+          check(xcclAllReduce(a, b, count, xcclFloat32, xcclSum, comm, XCCL_STREAM_CALLER), comm);
+          check(xcclAllReduce(a, a, count, xcclFloat32, xcclSum, comm, XCCL_STREAM_CALLER), comm);
+          for (size_t i = 0; i < count; ++i) {
+            const float want =
+                foldOf<float>(n, i, floatValue, [](float x, float y) { return x + y; });
+            ASSERT_EQ(std::memcmp(&b[i], &want, 4), 0) << "out of place, " << count << " i " << i;
+            ASSERT_EQ(std::memcmp(&a[i], &want, 4), 0) << "in place, " << count << " i " << i;
+          }
+          auto* x = reinterpret_cast<int32_t*>(a);
+          auto* y = reinterpret_cast<int32_t*>(b);
+          for (size_t i = 0; i < count; ++i) x[i] = intValue(rank, i);
+          check(xcclAllReduce(x, y, count, xcclInt32, xcclMax, comm, XCCL_STREAM_CALLER), comm);
+          for (size_t i = 0; i < count; ++i) {
+            const int32_t want =
+                foldOf<int32_t>(n, i, intValue, [](int32_t p, int32_t q) { return p < q ? q : p; });
+            ASSERT_EQ(y[i], want) << "int32 max, " << count << " i " << i;
+          }
+          for (size_t i = 0; i < count; ++i) a[i] = float(3 * (i % 5) + rank);
+          check(xcclAllReduce(a, a, count, xcclFloat32, xcclAvg, comm, XCCL_STREAM_CALLER), comm);
+          for (size_t i = 0; i < count; ++i) ASSERT_EQ(a[i], float(3 * (i % 5) + 1)) << "avg " << i;
+          // bfloat16: 1, 2 and 4 are exact, so every step of the fold is too.
+          auto* h = reinterpret_cast<uint16_t*>(a);
+          const uint16_t bf[3] = {0x3f80, 0x4000, 0x4080};  // 1, 2, 4
+          for (size_t i = 0; i < count; ++i) h[i] = bf[(i + rank) % 3];
+          check(xcclAllReduce(h, h, count, xcclBfloat16, xcclSum, comm, XCCL_STREAM_CALLER), comm);
+          for (size_t i = 0; i < count; ++i) ASSERT_EQ(h[i], 0x40e0) << "bfloat16 (7) " << i;
+          check(xcclMemFree(a));
+          check(xcclMemFree(b));
+        }
+        check(xcclCommDestroy(comm));
+      },
+      180);
+}
+
+// Buffers one rank cannot share: by default every rank learns it in the meeting and takes the
+// rings instead (right sums); with "mapped" forced, every rank's operation fails naming the rank.
+TEST(MemAlloc, MappedFallsBackTogetherOrRefusesWhenForced) {
+  ScopedEnv min("XCCL_PEER_READ_MIN", "64");
+  const int n = 2;
+  const size_t count = 100000;
+  for (bool forced : {false, true}) {
+    ScopedEnv algo("XCCL_ALGO", forced ? "allreduce=mapped" : "");
+    xcclUniqueId id;
+    ASSERT_EQ(xcclGetUniqueId(&id), xcclSuccess);
+    xccl_test::runProcesses(
+        n,
+        [&](int rank) {
+          xcclComm_t comm = xccl_test::initProcessComm(id, n, rank);
+          std::vector<float> heap;
+          float* a = nullptr;
+          if (rank == 0) {
+            check(xcclMemAlloc(reinterpret_cast<void**>(&a), count * sizeof(float)));
+          } else {
+            heap.resize(count);
+            a = heap.data();
+          }
+          for (size_t i = 0; i < count; ++i) a[i] = float(i % 7 + rank);
+          xcclResult_t r =
+              xcclAllReduce(a, a, count, xcclFloat32, xcclSum, comm, XCCL_STREAM_CALLER);
+          if (!forced) {
+            ASSERT_EQ(r, xcclSuccess) << xcclGetLastError(comm);
+            for (size_t i = 0; i < count; ++i) ASSERT_EQ(a[i], float(2 * (i % 7) + 1)) << i;
+            // Later calls skip the meeting for a while (the same ones on every rank), then
+            // meet again: with both buffers mappable now, every call still sums right.
+            float* b = nullptr;
+            check(xcclMemAlloc(reinterpret_cast<void**>(&b), count * sizeof(float)));
+            for (int call = 0; call < 12; ++call) {
+              float* buf = call % 4 == 3 ? b : a;
+              for (size_t i = 0; i < count; ++i) buf[i] = float(i % 5 + rank + call);
+              check(xcclAllReduce(buf, buf, count, xcclFloat32, xcclSum, comm, XCCL_STREAM_CALLER),
+                    comm);
+              for (size_t i = 0; i < count; ++i) {
+                ASSERT_EQ(buf[i], float(2 * (i % 5 + call) + 1)) << "call " << call << " i " << i;
+              }
+            }
+            check(xcclMemFree(b));
+          } else {
+            EXPECT_EQ(r, xcclInvalidUsage);
+            const std::string why = xcclGetLastError(comm);
+            EXPECT_NE(why.find("rank 1's buffers"), std::string::npos) << why;
+          }
+          if (rank == 0) check(xcclMemFree(a));
+          xcclCommDestroy(comm);
+        },
+        120);
+  }
+}

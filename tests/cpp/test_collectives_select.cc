@@ -23,6 +23,15 @@ class Select : public ::testing::Test {
  protected:
   std::string pick(CollType type, size_t count, xcclDataType_t dtype = xcclFloat32,
                    xcclRedOp_t op = xcclSum) {
+    return choose(type, count, dtype, op, nullptr);
+  }
+  // What runs when "mapped" learns in its meeting that some rank's buffers cannot be mapped.
+  std::string pickUnmapped(CollType type, size_t count, xcclDataType_t dtype = xcclFloat32,
+                           xcclRedOp_t op = xcclSum) {
+    return choose(type, count, dtype, op, "mapped");
+  }
+  std::string choose(CollType type, size_t count, xcclDataType_t dtype, xcclRedOp_t op,
+                     const char* declined) {
     xccl::Exchange ex(0, 4, xccl::getDevice(-1), std::vector<xccl::Connection*>(4, nullptr),
                       {0, 1, 2, 3}, abort_);
     ex.setHosts(hosts_);
@@ -31,7 +40,8 @@ class Select : public ::testing::Test {
     a.count = count;
     a.dtype = dtype;
     a.op = op;
-    return xccl::selectAlgorithm(a, ex).name;
+    return declined ? xccl::selectAlgorithmAfter(a, ex, declined).name
+                    : xccl::selectAlgorithm(a, ex).name;
   }
   std::atomic<bool> abort_{false};
   std::vector<std::vector<int>> hosts_{{0, 1, 2, 3}};
@@ -63,6 +73,8 @@ TEST_F(Select, AutomaticChoiceFollowsMessageSize) {
     EXPECT_EQ(pick(CollType::kAllReduce, 257), "direct");
   }
   EXPECT_EQ(pick(CollType::kAllReduce, 1025), "ring");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "mapped");  // 4 MiB: >= the 512 KiB threshold
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20), "ring");
   EXPECT_EQ(pick(CollType::kBroadcast, 1 << 20), "chain");
   EXPECT_EQ(pick(CollType::kBroadcast, 16), "direct");
   EXPECT_EQ(pick(CollType::kReduce, 1 << 20), "chain");
@@ -77,15 +89,20 @@ TEST_F(Select, AutomaticChoiceFollowsMessageSize) {
 TEST_F(Select, ReproducibleAllreducesChainFromManyRanks) {
   ScopedEnv algo("XCCL_ALGO", nullptr);
   ScopedEnv on("XCCL_REPRODUCIBLE", "1");
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "foldchain");  // 4 ranks >= 3, the default
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "mapped");  // its fold is the rank-order one
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20), "foldchain");  // 4 ranks >= 3
   {
     ScopedEnv from8("XCCL_FOLDCHAIN_MIN_RANKS", "8");
-    EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ordered");
+    EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20), "ordered");
   }
   ScopedEnv from4("XCCL_FOLDCHAIN_MIN_RANKS", "4");
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "foldchain");
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20, xcclInt32, xcclMax), "foldchain");
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20, xcclFloat32, xcclMax), "ordered");
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20), "foldchain");
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20, xcclInt32, xcclMax), "foldchain");
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20, xcclFloat32, xcclMax), "ordered");
+  {
+    ScopedEnv noReads("XCCL_PEER_READ", "0");  // no reading in place: not even tried
+    EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "foldchain");
+  }
   EXPECT_EQ(pick(CollType::kAllReduce, 4), "slot");               // small: as before
   EXPECT_EQ(pick(CollType::kReduceScatter, 1 << 20), "ordered");  // allreduce only
 }
@@ -167,7 +184,36 @@ TEST_F(Select, DecliningAlgorithmFallsBackWhenNotForced) {
   ScopedEnv algo("XCCL_ALGO", nullptr);
   ScopedEnv cap("XCCL_DIRECT_TEMP_MAX", "1024");
   ScopedEnv max("XCCL_ALLREDUCE_DIRECT_MAX", "1000000000");
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20), "ring");
+  ScopedEnv noReads("XCCL_PEER_READ", "0");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
+}
+
+// "mapped" is tried first on one host from the peer-read threshold (the host device's 512 KiB,
+// or XCCL_PEER_READ_MIN), above the slots; not across hosts, nor without reads in place
+// (XCCL_PEER_READ=0, XCCL_CHECKSUM=1).
+TEST_F(Select, MappedFromThePeerReadThresholdOnOneHost) {
+  ScopedEnv algo("XCCL_ALGO", nullptr);
+  EXPECT_EQ(pick(CollType::kAllReduce, (512 << 10) / 4), "mapped");
+  EXPECT_EQ(pick(CollType::kAllReduce, (512 << 10) / 4 - 1), "ring");
+  {
+    ScopedEnv min("XCCL_PEER_READ_MIN", "65536");
+    EXPECT_EQ(pick(CollType::kAllReduce, 16384), "mapped");
+    EXPECT_EQ(pick(CollType::kAllReduce, 16383), "direct");
+    EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 16384), "direct");
+  }
+  {
+    ScopedEnv sums("XCCL_CHECKSUM", "1");
+    EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
+  }
+  {
+    ScopedEnv forced("XCCL_ALGO", "allreduce=mapped");
+    EXPECT_EQ(pick(CollType::kAllReduce, 3), "mapped");  // forced: any size
+  }
+  hosts_ = {{0, 1}, {2, 3}};
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "hierarchical");
+  ScopedEnv forced("XCCL_ALGO", "allreduce=mapped");
+  EXPECT_THROW(pick(CollType::kAllReduce, 1 << 20), xccl::InvalidUsage);  // two hosts
 }
 
 }  // namespace
@@ -198,7 +244,8 @@ TEST_F(Select, AllreduceAcrossHostsFollowsTheTopology) {
   EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
   hosts_ = {{0, 1, 2, 3}};
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "mapped");
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20), "ring");
   {
     ScopedEnv forced("XCCL_ALGO", "allreduce=hierarchical");
     EXPECT_THROW(pick(CollType::kAllReduce, 1 << 20), xccl::InvalidUsage);  // one host

@@ -48,6 +48,9 @@ std::vector<std::string> parseForced(const std::string& spec);
 // The algorithm to use for args (honours XCCL_ALGO). Throws InvalidUsage if XCCL_ALGO
 // forces an algorithm that declines the call.
 const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex);
+// The choice selectAlgorithm would make if the algorithm named `declined` declined the call:
+// for an algorithm that learns only while it runs (from every rank) that it cannot serve it.
+const Algorithm& selectAlgorithmAfter(const CollArgs& args, Exchange& ex, const char* declined);
 // Throws InvalidArgument naming the collective and the bad value (dtype, op, root, peer,
 // counts, NULL buffers). The API edge calls it before enqueueing, so a bad argument is
 // returned to the caller and never fails the communicator.

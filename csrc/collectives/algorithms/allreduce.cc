@@ -439,6 +439,8 @@ std::vector<Algorithm> allreduceAlgorithms() {
           {"recdoubling", CollType::kAllReduce, recDoublingSupports, recDoublingRun},
           {"slot", CollType::kAllReduce, slotSupports, slotRun, /*hearsRingPrev=*/false,
            /*ordered=*/true, /*checksCalls=*/true},
+          {"mapped", CollType::kAllReduce, mappedSupports, mappedRun, /*hearsRingPrev=*/false,
+           /*ordered=*/true, /*checksCalls=*/true},
           {"rabenseifner", CollType::kAllReduce, ringSupports, rabenseifnerRun}};
 }
 

@@ -11,6 +11,8 @@
 //   collective      small (bytes <= knob)   large       knob (bytes of the whole buffer)
 //   allreduce       slot (one host), direct ring (hierarchical)   XCCL_ALLREDUCE_DIRECT_MAX
 //                   (twolevel)                          (slot: also XCCL_SLOT_MAX)
+//                   one host, from XCCL_PEER_READ_MIN: mapped first, when every rank's
+//                   buffers can be mapped (xcclMemAlloc, xdev); the above otherwise
 //   broadcast       direct                  chain       XCCL_BROADCAST_DIRECT_MAX
 //   reduce          direct                  chain       XCCL_REDUCE_DIRECT_MAX
 //   allgather       direct                  ring        XCCL_ALLGATHER_DIRECT_MAX (output)
@@ -82,8 +84,8 @@ const std::string& forcedName(CollType type, const Exchange& ex) {
   return ex.tuning().forced[static_cast<size_t>(type)];
 }
 
-// Candidate names for `args` in order of preference (the tuning table).
-std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
+// Candidate names for `args` in order of preference (the tuning table), before "mapped".
+std::vector<const char*> orderBySize(const CollArgs& args, const Exchange& ex) {
   const Tuning& t = ex.tuning();
   const size_t bytes = args.count * dtypeSize(args.dtype);
   const size_t all = bytes * static_cast<size_t>(ex.nranks());
@@ -145,6 +147,20 @@ std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
     default:
       return {};  // the first registered algorithm that accepts the call
   }
+}
+
+// Candidate names for `args` in order of preference. An allreduce on one host large enough to
+// be read in place (XCCL_PEER_READ_MIN, or the device's threshold) tries "mapped" first: the
+// ranks learn in its meeting whether every rank's buffers can be mapped, and otherwise go on
+// down the list (selectAlgorithmAfter).
+std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
+  std::vector<const char*> order = orderBySize(args, ex);
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  if (args.type == CollType::kAllReduce && ex.hosts().size() == 1 && ex.readsInPlace() &&
+      bytes >= ex.peerReadMin() && bytes > ex.tuning().slotMax) {
+    order.insert(order.begin(), "mapped");
+  }
+  return order;
 }
 
 // Says once per communicator and (collective, algorithm) why the selector took it: the
@@ -217,9 +233,13 @@ void checkReproducible(const Tuning& t) {
   }
 }
 
-const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
+namespace {
+
+// selectAlgorithm, passing over the algorithm named `skip` (nullptr: none).
+const Algorithm& selectSkipping(const CollArgs& args, Exchange& ex, const char* skip) {
+  auto skipped = [&](const Algorithm& a) { return skip != nullptr && std::string(skip) == a.name; };
   const std::string& forced = forcedName(args.type, ex);
-  if (!forced.empty()) {
+  if (!forced.empty() && skip == nullptr) {
     const Algorithm* a = findAlgorithm(args.type, forced);
     // (a forced algorithm that cannot fold in rank order under XCCL_REPRODUCIBLE was refused
     // when the communicator was made: checkReproducible)
@@ -233,16 +253,28 @@ const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
   const std::vector<const char*> order = tuningOrder(args, ex);
   for (size_t i = 0; i < order.size(); ++i) {
     const Algorithm* a = findAlgorithm(args.type, order[i]);
-    if (a == nullptr || !a->supports(args, ex)) continue;
+    if (a == nullptr || skipped(*a) || !a->supports(args, ex)) continue;
     explainChoice(args, ex, *a, order, i);
     return *a;
   }
   const bool ordered = ex.tuning().reproducible && isReduction(args.type);
   for (const Algorithm& a : allAlgorithms()) {
-    if (a.type == args.type && (a.ordered || !ordered) && a.supports(args, ex)) return a;
+    if (a.type == args.type && (a.ordered || !ordered) && !skipped(a) && a.supports(args, ex)) {
+      return a;
+    }
   }
   throw InvalidUsage(
       strCat("no ", collName(args.type), " algorithm accepts ", describeSize(args, ex)));
+}
+
+}  // namespace
+
+const Algorithm& selectAlgorithm(const CollArgs& args, Exchange& ex) {
+  return selectSkipping(args, ex, nullptr);
+}
+
+const Algorithm& selectAlgorithmAfter(const CollArgs& args, Exchange& ex, const char* declined) {
+  return selectSkipping(args, ex, declined);
 }
 
 }  // namespace xccl

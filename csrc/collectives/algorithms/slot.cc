@@ -38,6 +38,7 @@
 #include "collectives/device/dtype.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/param.h"
 #include "common/process.h"
 #include "exchange.h"
@@ -68,6 +69,7 @@ struct alignas(kLine) Header {
   std::atomic<uint64_t> seq;  // the slot call whose input is in this half (0: none yet)
   uint32_t type, dtype, op, pad;
   uint64_t count;
+  std::atomic<uint64_t> done;  // "mapped": the call whose slice this rank has written out
 };
 static_assert(sizeof(Header) == kLine, "a half's header is one line");
 
@@ -80,6 +82,13 @@ struct Record {
   PeerRef ref{};
 };
 
+// What a "mapped" call puts in its half: whether, and where, peers may reach its buffers.
+struct MappedRecord {
+  uint32_t ok = 0;  // 1: both references name memory peers can map
+  uint32_t pad = 0;
+  PeerRef send{}, recv{};
+};
+
 }  // namespace
 
 struct SlotArea {
@@ -90,6 +99,11 @@ struct SlotArea {
   std::vector<int> pids;
   uint64_t calls = 0;
   bool usable = true;
+  // "mapped" after a meeting where some rank's buffers could not be mapped: the next
+  // `mappedSkip` such calls go straight to the next algorithm, without the meeting; each
+  // refusal in a row doubles the skip (up to 64), a mapped call resets it. Every rank sees
+  // the same records and the same calls, so every rank skips the same ones.
+  uint32_t mappedSkip = 0, mappedBackoff = 0;
 
   Control* control(int rank) const {
     return reinterpret_cast<Control*>(const_cast<unsigned char*>(slots[rank]));
@@ -133,7 +147,8 @@ void setUp(Exchange& ex, SlotArea& area) {
   const int n = ex.nranks(), me = ex.rank();
   area.dev = &ex.device();
   area.maxBytes = ex.tuning().slotMax;
-  area.halfBytes = kLine + (area.maxBytes + kLine - 1) / kLine * kLine;
+  const size_t room = std::max(area.maxBytes, sizeof(MappedRecord));
+  area.halfBytes = kLine + (room + kLine - 1) / kLine * kLine;
   area.total = kControl + 2 * area.halfBytes;
   Record rec;
   rec.pid = static_cast<int32_t>(getpid());
@@ -177,12 +192,16 @@ std::string sigText(uint32_t type, uint32_t dtype, uint32_t op, uint64_t count) 
                 xcclOpName(static_cast<xcclRedOp_t>(op)), ")");
 }
 
-// Waits until `peer`'s half shows this call, then checks that it is the same call.
-void waitFor(Exchange& ex, const SlotArea& area, int peer, uint64_t call, const Header& mine) {
+// Waits until `peer`'s half shows this call, then checks that it is the same call. `done`:
+// waits instead for the peer's done word ("mapped": its slice is written out everywhere).
+void waitFor(Exchange& ex, const SlotArea& area, int peer, uint64_t call, const Header& mine,
+             bool done = false) {
   const Header* h = area.header(peer, call);
-  uint64_t seen = h->seq.load(std::memory_order_acquire);
+  const std::atomic<uint64_t>& word = done ? h->done : h->seq;
+  const char* reach = done ? "finished" : "reached";
+  uint64_t seen = word.load(std::memory_order_acquire);
   auto published = [&] {
-    seen = h->seq.load(std::memory_order_acquire);
+    seen = word.load(std::memory_order_acquire);
     return seen == call;
   };
   if (seen != call) {
@@ -206,9 +225,8 @@ void waitFor(Exchange& ex, const SlotArea& area, int peer, uint64_t call, const 
         if (area.control(peer)->failed.load(std::memory_order_acquire) == 1) {
           const Control* c = area.control(peer);
           const std::string why(c->why, strnlen(c->why, sizeof(c->why)));
-          throw RemoteError(strCat("rank ", ex.rank(), ": rank ", peer,
-                                   " failed before it reached ", what, " (slot call ", call,
-                                   "): ", why));
+          throw RemoteError(strCat("rank ", ex.rank(), ": rank ", peer, " failed before it ", reach,
+                                   " ", what, " (slot call ", call, "): ", why));
         }
         ex.checkQuietPeer(peer);
         const Clock::time_point now = Clock::now();
@@ -216,7 +234,8 @@ void waitFor(Exchange& ex, const SlotArea& area, int peer, uint64_t call, const 
           lastLive = now;
           if (processDead(area.pids[peer])) {
             throw RemoteError(strCat("rank ", ex.rank(), ": rank ", peer, " (pid ", area.pids[peer],
-                                     ") died before it reached ", what, " (slot call ", call, ")"));
+                                     ") died before it ", reach, " ", what, " (slot call ", call,
+                                     ")"));
           }
         }
       } catch (const Error&) {
@@ -225,11 +244,12 @@ void waitFor(Exchange& ex, const SlotArea& area, int peer, uint64_t call, const 
       }
       if (ex.deadline().expired()) {
         throw Timeout(strCat("rank ", ex.rank(), ": ", what, " waited ", ex.deadline().budgetMs(),
-                             " ms for rank ", peer, " (slot call ", call, "; it is at call ", seen,
-                             ")"));
+                             " ms for rank ", peer, done ? " to write its slice" : "",
+                             " (slot call ", call, "; it is at call ", seen, ")"));
       }
     }
   }
+  if (done) return;
   if (h->type != mine.type || h->dtype != mine.dtype || h->op != mine.op ||
       h->count != mine.count) {
     throw RemoteError(strCat("rank ", ex.rank(), ": collective mismatch with rank ", peer,
@@ -297,6 +317,116 @@ void slotRun(Exchange& ex, const CollArgs& args) {
     ex.abandonOp(e.what());
     throw;
   }
+}
+
+bool mappedSupports(const CollArgs& args, const Exchange& ex) {
+  const SlotArea* area = ex.slotArea();
+  return args.type == CollType::kAllReduce && ex.nranks() > 1 && ex.hosts().size() == 1 &&
+         ex.readsInPlace() && xcclParamShmDisable() == 0 && ex.device().hostAddressable() &&
+         (area == nullptr || area->usable);
+}
+
+namespace {
+
+// One "mapped" call (slots set up and usable). False when some rank's buffers are not memory
+// the others can map: every rank reads the same records, so all return false alike, and no
+// buffer has been touched.
+bool throughMapped(Exchange& ex, SlotArea& area, const CollArgs& args) {
+  const int n = ex.nranks(), me = ex.rank();
+  const uint64_t call = ++area.calls;
+  Device& dev = ex.device();
+  const size_t es = dtypeSize(args.dtype), bytes = args.count * es;
+  Header& mine = *area.header(me, call);
+  auto* rec = reinterpret_cast<MappedRecord*>(const_cast<unsigned char*>(area.data(me, call)));
+  rec->ok = dev.exportBuffer(args.sendbuf, bytes, &rec->send) &&
+                    dev.exportBuffer(args.recvbuf, bytes, &rec->recv)
+                ? 1
+                : 0;
+  mine.type = static_cast<uint32_t>(args.type);
+  mine.dtype = static_cast<uint32_t>(args.dtype);
+  mine.op = static_cast<uint32_t>(args.op);
+  mine.count = args.count;
+  mine.seq.store(call, std::memory_order_release);
+  for (int q = 0; q < n; ++q) {
+    if (q != me) waitFor(ex, area, q, call, mine);
+  }
+  auto record = [&](int q) { return reinterpret_cast<const MappedRecord*>(area.data(q, call)); };
+  for (int q = 0; q < n; ++q) {
+    if (record(q)->ok) continue;
+    if (ex.tuning().forced[static_cast<size_t>(CollType::kAllReduce)] == "mapped") {
+      throw InvalidUsage(strCat("XCCL_ALGO forces allreduce algorithm 'mapped', but rank ", q,
+                                "'s buffers (", bytes, " bytes) are not memory its peers can map: ",
+                                "allocate them with xcclMemAlloc (torch: inside ",
+                                "torch_xccl.peer_memory()), or unset XCCL_ALGO"));
+    }
+    if (ex.firstTime("mapped/declined")) {
+      XCCL_INFO(COLL, "allreduce of ", bytes, " bytes: rank ", q,
+                "'s buffers are not memory its peers can map, so this call (and every such one) ",
+                "takes the next algorithm; xcclMemAlloc or torch_xccl.peer_memory() buffers ",
+                "are reduced in place (docs/MEMORY.md)");
+    }
+    return false;
+  }
+  std::vector<const char*> in(n);
+  std::vector<char*> out(n);
+  for (int q = 0; q < n; ++q) {
+    if (q == me) {
+      in[q] = static_cast<const char*>(args.sendbuf);
+      out[q] = static_cast<char*>(args.recvbuf);
+      continue;
+    }
+    in[q] = static_cast<const char*>(dev.importBuffer(record(q)->send, area.pids[q], bytes));
+    // The mapping is writable: peers write their slices of the result into this rank's output.
+    out[q] = const_cast<char*>(
+        static_cast<const char*>(dev.importBuffer(record(q)->recv, area.pids[q], bytes)));
+  }
+  // This rank's slice, whole lines apart from the last: folded straight out of every rank's
+  // input and stored to every rank's output in one pass (Device::reduceCopy; in place is safe:
+  // each block is read whole before it is written, and the slice is this rank's alone).
+  const size_t align = std::max<size_t>(1, kLine / es);
+  const size_t per = ((args.count + n - 1) / n + align - 1) / align * align;
+  const size_t lo = std::min(args.count, per * static_cast<size_t>(me));
+  const size_t hi = std::min(args.count, lo + per);
+  if (hi > lo) {
+    std::vector<const void*> srcs(n);
+    std::vector<void*> dsts(n);
+    for (int q = 0; q < n; ++q) {
+      srcs[q] = in[q] + lo * es;
+      dsts[q] = out[(me + 1 + q) % n] + lo * es;  // this rank's own output last
+    }
+    dev.reduceCopy(dsts.data(), n, srcs.data(), n, hi - lo, args.dtype, args.op);
+  }
+  mine.done.store(call, std::memory_order_release);
+  for (int q = 0; q < n; ++q) {
+    if (q != me) waitFor(ex, area, q, call, mine, /*done=*/true);
+  }
+  return true;
+}
+
+}  // namespace
+
+void mappedRun(Exchange& ex, const CollArgs& args) {
+  if (ex.slotArea() == nullptr) {
+    ex.setSlotArea(SlotAreaPtr(new SlotArea));
+    setUp(ex, *ex.slotArea());
+  }
+  SlotArea& area = *ex.slotArea();
+  const bool forced = ex.tuning().forced[static_cast<size_t>(CollType::kAllReduce)] == "mapped";
+  bool ran = false;
+  if (area.usable && area.mappedSkip > 0 && !forced) {
+    --area.mappedSkip;  // plain buffers lately: spare this call the meeting (~4-8 % at 1 MiB)
+  } else if (area.usable) {
+    try {
+      ran = throughMapped(ex, area, args);
+    } catch (const std::exception& e) {
+      ex.abandonOp(e.what());
+      throw;
+    }
+    area.mappedBackoff =
+        ran ? 0 : std::min<uint32_t>(64, std::max<uint32_t>(1, 2 * area.mappedBackoff));
+    area.mappedSkip = area.mappedBackoff;
+  }
+  if (!ran) selectAlgorithmAfter(args, ex, "mapped").run(ex, args);
 }
 
 }  // namespace algo

@@ -37,5 +37,16 @@ void markSlotsFailed(SlotArea& area, const std::string& why);
 bool slotSupports(const CollArgs& args, const Exchange& ex);
 void slotRun(Exchange& ex, const CollArgs& args);
 
+// "mapped": allreduces on one host whose buffers every rank can map (xcclMemAlloc memory,
+// xdev device memory). The ranks meet in their slots, where each puts references to its
+// buffers; each rank then folds its 1/n of the elements in rank order straight out of every
+// rank's input and writes the result into every rank's output, and raises its done word: one
+// read and one write of the buffer per rank, as a memcpy moves (the two-pass alternative,
+// reduce-scatter by peer reads and then allgather by peer reads, moves 1.5 times that).
+// When some rank's buffers cannot be mapped every rank runs the next algorithm of the
+// tuning order instead (selectAlgorithmAfter).
+bool mappedSupports(const CollArgs& args, const Exchange& ex);
+void mappedRun(Exchange& ex, const CollArgs& args);
+
 }  // namespace algo
 }  // namespace xccl
