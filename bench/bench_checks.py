@@ -13,7 +13,13 @@ this machine's read bandwidth (the `read` column, timed in the same run).
 
 Usage: python bench/bench_checks.py [--world-size 2] [--sizes 8 1M 64M] [--rounds 9]
            [--dtype float32|bfloat16|float16|...] [--device cpu|xdev]
-           [--configs timing nan-check checksum reproducible foldchain no-peer-read]  (default: timing nan-check)
+           [--configs timing nan-check checksum reproducible foldchain no-peer-read ring]
+           (default: timing nan-check) [--peer-memory]
+
+--peer-memory makes the cpu tensors inside torch_xccl.peer_memory() (xcclMemAlloc memory,
+which the peers map: the default reduces it in place with "mapped"; config "ring" takes the
+rings with peer reads instead). The `copy` column times one copy of the buffer (a memcpy's
+floor of the same bytes, host memory), beside `read` (one read of it).
 """
 import argparse
 import datetime
@@ -39,11 +45,13 @@ CONFIGS = {
     "foldchain": {"XCCL_REPRODUCIBLE": "1", "XCCL_FOLDCHAIN_MIN_RANKS": "2"},
     # The rings without the single copy (which checksums turn off): checksums' own cost.
     "no-peer-read": {"XCCL_PEER_READ": "0"},
+    # The rings (with their peer reads) instead of "mapped", for buffers peers can map.
+    "ring": {"XCCL_ALGO": "allreduce=ring"},
 }
 DEFAULT_CONFIGS = ["off", "timing", "nan-check"]
 
 
-def rank_main(rank, world, port, q, sizes, rounds, dtype, device, configs):
+def rank_main(rank, world, port, q, sizes, rounds, dtype, device, configs, peer_memory=False):
     try:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         torch.set_num_threads(1)
@@ -74,16 +82,27 @@ def rank_main(rank, world, port, q, sizes, rounds, dtype, device, configs):
         out = {}
         for size in sizes:
             esize = torch.tensor([], dtype=dt).element_size()
-            t = torch.zeros(max(1, size // esize), dtype=dt, device=dev)  # sums stay finite
-            host = torch.zeros(max(1, size // esize), dtype=dt)  # the read floor, in host memory
+            n = max(1, size // esize)
+            if peer_memory:
+                with torch_xccl.peer_memory():
+                    t = torch.zeros(n, dtype=dt, device=dev)  # sums stay finite
+            else:
+                t = torch.zeros(n, dtype=dt, device=dev)
+            host = torch.zeros(n, dtype=dt)  # the read and copy floors, in host memory
+            host2 = torch.empty_like(host)
             iters = max(3, min(200, (64 << 20) // max(size, 1) // 4))
             times = {name: [] for name in configs}
-            reads = []
+            reads, copies = [], []
             for g in groups.values():  # warm-up
                 for _ in range(3):
                     dist.all_reduce(t, group=g)
             for _ in range(rounds):
                 for name, g in groups.items():
+                    # One untimed call first: the floors below (and the configuration before)
+                    # push the buffer out of the cache, and at cache-sized buffers whichever
+                    # configuration ran first in a round paid for it (identical configurations
+                    # read 0.73 x at 4 MiB without this).
+                    dist.all_reduce(t, group=g)
                     dist.barrier(group=g)
                     t0 = time.perf_counter()
                     for _ in range(iters):
@@ -95,11 +114,16 @@ def rank_main(rank, world, port, q, sizes, rounds, dtype, device, configs):
                 for _ in range(iters):
                     host.sum()  # one read of the buffer: the scan's floor
                 reads.append((time.perf_counter() - t0) / iters * 1e6)
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    host2.copy_(host)  # one copy of the buffer: a memcpy's floor
+                copies.append((time.perf_counter() - t0) / iters * 1e6)
             out[size] = {name: statistics.median(v) for name, v in times.items()}
             out[size]["ratio"] = {
                 name: statistics.median(x / o for x, o in zip(v, times["off"]))
                 for name, v in times.items()}
             out[size]["read"] = statistics.median(reads)
+            out[size]["copy"] = statistics.median(copies)
         if rank == 0:
             q.put(out)
         dist.destroy_process_group()
@@ -117,23 +141,27 @@ def main():
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", choices=["cpu", "xdev"], default="cpu")
     ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS))
+    ap.add_argument("--peer-memory", action="store_true",
+                    help="cpu tensors in torch_xccl.peer_memory() (xcclMemAlloc memory)")
     args = ap.parse_args()
     configs = ["off"] + [c for c in args.configs if c != "off"]
     sizes = [util.parse_bytes(s) for s in args.sizes]
     res = launch(rank_main, args.world_size,
-                 (sizes, args.rounds, args.dtype, args.device, configs), args.timeout)
-    print(f"{args.world_size} ranks, {args.dtype} all_reduce on {args.device}, median us per op "
+                 (sizes, args.rounds, args.dtype, args.device, configs, args.peer_memory),
+                 args.timeout)
+    where = f"{args.device}{' (peer_memory)' if args.peer_memory else ''}"
+    print(f"{args.world_size} ranks, {args.dtype} all_reduce on {where}, median us per op "
           f"over {args.rounds} interleaved rounds (+: the medians' difference; x: the median of "
           "the per-round ratios)")
     head = f"{'size':>8} | {'off':>9} | "
     head += " | ".join(f"{c:>9} {'(+)':>8} {'(x)':>6}" for c in configs[1:])
-    print(head + f" | {'read':>8}")
+    print(head + f" | {'read':>8} | {'copy':>8}")
     for size in sizes:
         r = res[size]
         row = f"{util.fmt_bytes(size):>8} | {r['off']:9.1f} | "
         row += " | ".join(f"{r[c]:9.1f} {r[c] - r['off']:+8.1f} {r['ratio'][c]:6.3f}"
                           for c in configs[1:])
-        print(row + f" | {r['read']:8.1f}")
+        print(row + f" | {r['read']:8.1f} | {r['copy']:8.1f}")
 
 
 if __name__ == "__main__":
