@@ -29,7 +29,7 @@ FORKS="Processes|ProcessesShareKeys|LeavesNothingInDevShm|KilledProcess|KilledPe
 FORKS="$FORKS|ShmLane.CollectivesBetweenProcesses|HostId|TcpStripedOver3Sockets|ExitChild"
 FORKS="$FORKS|StoppedPeer|Heartbeat\\.|PeerRead\\.|RuntimeConnect\\.APeer|ReplacementProcess"
 FORKS="$FORKS|AMemberKilledBefore|AMemberStoppedBefore|Rank0KilledBefore|Rank0StoppedBefore"
-FORKS="$FORKS|AnInnerRankOfTheBootstrapTree|MemAlloc\\.HostProcesses|VectorColl\\.Processes"
+FORKS="$FORKS|AnInnerRankOfTheBootstrapTree|MemAlloc\\.HostProcesses|MemAlloc\\.Mapped|VectorColl\\.Processes"
 FORKS="$FORKS|Windows\\.PutsAround|Windows\\.AWaitForAPeer|Windows\\.OnXdev|Slot\\.ADeadPeer|Slot\\.RanksWith"
 ctest --test-dir "$DIR" --output-on-failure --timeout 600 -j"$(nproc)" \
   -E "^(xdev\\.|CudaDevice|CudaColl)|$FORKS"
