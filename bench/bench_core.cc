@@ -6,7 +6,7 @@
 // start, it measures single-thread memcpy bandwidth on buffers of the same sizes, the
 // limit a copy-based transport cannot beat. Prints a table and, with --json FILE, JSON.
 //
-//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller]
+//   bench_core [--ranks N] [--iters K] [--sizes 8,1048576,...] [--caller] [--in-place]
 //              [--xdev | --mem-alloc] [--put-signal [--xdev]] [--json out.json]
 //
 // Each allreduce is waited for before the next (as a blocking collective): by default it
@@ -17,6 +17,8 @@
 // XCCL_PEER_READ_MIN bytes or more are read in place by the peer (single copy). --mem-alloc
 // keeps the host device but takes the buffers from xcclMemAlloc (memory the peers of this
 // host can map), so they are read in place too, and registers them (xcclCommRegister).
+// --in-place reduces each rank's buffer into itself (as torch's all_reduce does): the first
+// call's sums are checked, then the buffer is zeroed so that the timed sums stay finite.
 // --put-signal measures one-sided puts instead (2 ranks, windows from xcclMemAlloc): a
 // ping-pong where each side puts the message into the other's window with a signal and
 // waits for the answer's signal; time = half a round trip, beside the same ping-pong made
@@ -76,7 +78,7 @@ void check(xcclResult_t r, const char* what) {
 
 // Runs inside one rank: returns the time per allreduce for each size (median of rounds).
 std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::vector<size_t>& sizes,
-                            int iters, bool onCaller, bool onXdev, bool memAlloc) {
+                            int iters, bool onCaller, bool onXdev, bool memAlloc, bool inPlace) {
   xcclComm_t comm;
   xcclConfig_t cfg{};
   cfg.device = onXdev ? rank : -1;
@@ -108,6 +110,34 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
       check(xcclCommRegister(comm, sendp, bytes, &sendReg), "xcclCommRegister");
       check(xcclCommRegister(comm, recvp, bytes, &recvReg), "xcclCommRegister");
     }
+    float* recvOwned = recvp;  // what to free
+    if (inPlace) recvp = sendp;
+    float want = 0;
+    for (int r = 0; r < nranks; ++r) want += 1.0f + r;
+    if (inPlace && count > 0) {  // one checked call, then zeros (in place, sums would grow)
+      check(xcclAllReduce(sendp, sendp, count, xcclFloat32, xcclSum, comm, nullptr), "allreduce");
+      xcclEvent_t done;
+      check(xcclEventRecord(&done, comm), "record");
+      check(xcclEventWait(&done, -1), "wait");
+      if (onXdev) xdevDeviceSynchronize();
+      std::vector<float> first(count);
+      if (onXdev) {
+        xdevMemcpy(first.data(), sendp, bytes, xdevMemcpyDeviceToHost);
+      } else {
+        std::copy(sendp, sendp + count, first.begin());
+      }
+      if (first[0] != want || first[count - 1] != want) {
+        fprintf(stderr, "rank %d: wrong in-place result %f != %f\n", rank, first[0], want);
+        exit(2);
+      }
+      if (onXdev) {
+        xdevMemsetAsync(sendp, 0, bytes, nullptr);
+        xdevDeviceSynchronize();
+      } else {
+        std::fill(sendp, sendp + count, 0.0f);
+      }
+      want = 0;
+    }
     int n = bytes <= 4096 ? iters * 50 : std::max(3, static_cast<int>(iters * (1 << 20) / bytes));
     xcclEvent_t ev;
     for (int w = 0; w < std::min(n, 20); ++w) {  // warm-up
@@ -137,18 +167,16 @@ std::vector<Result> runRank(int rank, int nranks, xcclUniqueId id, const std::ve
       xdevDeviceSynchronize();
       xdevMemcpy(hostRecv.data(), recvp, bytes, xdevMemcpyDeviceToHost);
       xdevFree(sendp);
-      xdevFree(recvp);
+      xdevFree(recvOwned);
     }
     if (memAlloc && count > 0) {
       std::copy(recvp, recvp + count, hostRecv.begin());
       check(xcclCommDeregister(comm, sendReg), "xcclCommDeregister");
       check(xcclCommDeregister(comm, recvReg), "xcclCommDeregister");
       check(xcclMemFree(sendp), "xcclMemFree");
-      check(xcclMemFree(recvp), "xcclMemFree");
+      check(xcclMemFree(recvOwned), "xcclMemFree");
     }
     const std::vector<float>& recv = hostRecv;
-    float want = 0;
-    for (int r = 0; r < nranks; ++r) want += 1.0f + r;
     if (count > 0 && (recv[0] != want || recv[count - 1] != want)) {
       fprintf(stderr, "rank %d: wrong result %f != %f\n", rank, recv[0], want);
       exit(2);
@@ -255,7 +283,7 @@ std::vector<Result> runPutSignal(int rank, xcclUniqueId id, const std::vector<si
 
 int main(int argc, char** argv) {
   int nranks = 2, iters = 20;
-  bool onCaller = false, onXdev = false, memAlloc = false, putSignal = false;
+  bool onCaller = false, onXdev = false, memAlloc = false, putSignal = false, inPlace = false;
   const char* json = nullptr;
   std::vector<size_t> sizes = {8, 1 << 20, 16 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
@@ -266,6 +294,8 @@ int main(int argc, char** argv) {
       iters = atoi(argv[++i]);
     else if (a == "--caller")
       onCaller = true;
+    else if (a == "--in-place")
+      inPlace = true;
     else if (a == "--xdev")
       onXdev = true;
     else if (a == "--mem-alloc")
@@ -282,7 +312,8 @@ int main(int argc, char** argv) {
     } else {
       fprintf(
           stderr,
-          "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--xdev | --mem-alloc | "
+          "usage: %s [--ranks N] [--iters K] [--sizes B,B,...] [--caller] [--in-place] [--xdev | "
+          "--mem-alloc | "
           "--put-signal] [--json FILE]\n",
           argv[0]);
       return 2;
@@ -336,7 +367,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < nranks; ++r) {
     pid_t p = fork();
     if (p == 0) {
-      auto res = runRank(r, nranks, id, sizes, iters, onCaller, onXdev, memAlloc);
+      auto res = runRank(r, nranks, id, sizes, iters, onCaller, onXdev, memAlloc, inPlace);
       if (r == 0) std::copy(res.begin(), res.end(), shared);
       _exit(0);
     }
