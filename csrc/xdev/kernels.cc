@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "common/half.h"
 #include "kernels_vector.h"
@@ -136,69 +138,60 @@ void reduceTyped(void* dst, const void* a, const void* b, size_t n, xdevRedOp_t 
   }
 }
 
-// reduceCopyKernel for the types computed as they are: a block of the fold in registers (or
-// the stack), stored to every destination. A destination that is not a source, of a call of
-// kStreamBytes or more, takes streaming stores (whole 16-byte aligned blocks): its lines are
-// not fetched only to be overwritten, and a result that large would not stay in the cache.
-// Measured with two processes on this machine's 2 cores, out of place: 16 MiB 1.0 against
-// 1.9 ms, 64 MiB 6.2 against 9.3 ms; in place the destinations are the sources, in the cache.
-constexpr size_t kStreamBytes = size_t{1} << 20;
-
+// reduceCopyKernel for the types computed as they are, a line of elements at a time: the
+// fold of the line's sources (fixed-length loops the compiler vectorises at -O2 too), then
+// the line stored to every destination; streaming stores to dsts[k] where stream[k].
+// float32 has an AVX2 loop before it (kernels_vector.h); this one serves the others, the
+// tail, and CPUs without AVX2.
 template <typename Op, typename T>
-void reduceCopyLoop(void* const* dsts, int nd, const void* const* srcs, int ns, size_t n) {
-  constexpr size_t kB = 256 / sizeof(T);
-  constexpr int kMaxStreamed = 64;
-  bool stream[kMaxStreamed] = {};
-  bool any = false;
-  if (n * sizeof(T) >= kStreamBytes) {
-    for (int k = 0; k < nd && k < kMaxStreamed; ++k) {
-      bool source = false;
-      for (int j = 0; j < ns; ++j) source = source || dsts[k] == srcs[j];
-      stream[k] = !source && (reinterpret_cast<uintptr_t>(dsts[k]) & 15) == 0;
-      any = any || stream[k];
-    }
-  }
+void reduceCopyLoop(void* const* dsts, int nd, const bool* stream, const void* const* srcs, int ns,
+                    size_t n) {
+  constexpr size_t kB = 64 / sizeof(T);
   for (size_t i = 0; i < n; i += kB) {
     const size_t b = n - i < kB ? n - i : kB;
     alignas(16) T acc[kB];
     const T* s0 = static_cast<const T*>(srcs[0]) + i;
-    if (ns == 1) {
-      for (size_t j = 0; j < b; ++j) acc[j] = s0[j];
+    if (b == kB) {
+      for (size_t j = 0; j < kB; ++j) acc[j] = s0[j];
+      for (int k = 1; k < ns; ++k) {
+        const T* sk = static_cast<const T*>(srcs[k]) + i;
+        for (size_t j = 0; j < kB; ++j) acc[j] = Op::apply(acc[j], sk[j]);
+      }
     } else {
-      const T* s1 = static_cast<const T*>(srcs[1]) + i;
-      for (size_t j = 0; j < b; ++j) acc[j] = Op::apply(s0[j], s1[j]);
-    }
-    for (int k = 2; k < ns; ++k) {
-      const T* sk = static_cast<const T*>(srcs[k]) + i;
-      for (size_t j = 0; j < b; ++j) acc[j] = Op::apply(acc[j], sk[j]);
+      for (size_t j = 0; j < b; ++j) acc[j] = s0[j];
+      for (int k = 1; k < ns; ++k) {
+        const T* sk = static_cast<const T*>(srcs[k]) + i;
+        for (size_t j = 0; j < b; ++j) acc[j] = Op::apply(acc[j], sk[j]);
+      }
     }
     for (int k = 0; k < nd; ++k) {
       T* d = static_cast<T*>(dsts[k]) + i;
-      if (k < kMaxStreamed && stream[k] && b == kB) {
+      if (stream[k] && b == kB) {
         const auto* from = reinterpret_cast<const __m128i*>(acc);
         auto* to = reinterpret_cast<__m128i*>(d);
         for (size_t j = 0; j < sizeof(acc) / 16; ++j)
           _mm_stream_si128(to + j, _mm_load_si128(from + j));
-        continue;
+      } else if (b == kB) {
+        for (size_t j = 0; j < kB; ++j) d[j] = acc[j];
+      } else {
+        for (size_t j = 0; j < b; ++j) d[j] = acc[j];
       }
-      for (size_t j = 0; j < b; ++j) d[j] = acc[j];
     }
   }
-  if (any) _mm_sfence();  // streaming stores are weakly ordered: done before the caller says so
 }
 
 template <typename T>
-bool reduceCopyTyped(void* const* dsts, int nd, const void* const* srcs, int ns, size_t n,
-                     xdevRedOp_t op) {
+bool reduceCopyTyped(void* const* dsts, int nd, const bool* stream, const void* const* srcs, int ns,
+                     size_t n, xdevRedOp_t op) {
   switch (op) {
     case xdevSum:
-      return reduceCopyLoop<OpSum, T>(dsts, nd, srcs, ns, n), true;
+      return reduceCopyLoop<OpSum, T>(dsts, nd, stream, srcs, ns, n), true;
     case xdevProd:
-      return reduceCopyLoop<OpProd, T>(dsts, nd, srcs, ns, n), true;
+      return reduceCopyLoop<OpProd, T>(dsts, nd, stream, srcs, ns, n), true;
     case xdevMax:
-      return reduceCopyLoop<OpMax, T>(dsts, nd, srcs, ns, n), true;
+      return reduceCopyLoop<OpMax, T>(dsts, nd, stream, srcs, ns, n), true;
     case xdevMin:
-      return reduceCopyLoop<OpMin, T>(dsts, nd, srcs, ns, n), true;
+      return reduceCopyLoop<OpMin, T>(dsts, nd, stream, srcs, ns, n), true;
     default:
       return false;  // the bitwise ops: through reduceKernel, a block at a time
   }
@@ -361,26 +354,36 @@ void reduceKernel(void* dst, const void* a, const void* b, size_t count, xdevDat
   }
 }
 
-void reduceCopyKernel(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
-                      xdevDataType_t dtype, xdevRedOp_t op) {
-  if (count == 0 || ndst < 1 || nsrc < 1) return;
-  switch (dtype) {  // the common types, fused
+namespace {
+
+// Calls of this many bytes or more store to a destination that is not a source with streaming
+// stores: its lines are not fetched only to be overwritten, and a result that large would not
+// stay in the cache. Two processes, out of place, 16 MiB (8 MiB a call): 1.0 against 1.9 ms,
+// 64 MiB 6.2 against 9.3 ms; from 1 MiB a call, 4 MiB allreduces (2 MiB calls) lost to
+// plain stores in one run (308 against 147 us), so calls start streaming at 4 MiB. In place
+// the destinations are the sources, already in the cache.
+constexpr size_t kStreamBytes = size_t{4} << 20;
+
+// reduceCopyKernel past the vector loop: the common types fused, the others through
+// reduceKernel and copies, 1 KiB at a time (in the cache).
+void reduceCopyRest(void* const* dsts, int ndst, const bool* stream, const void* const* srcs,
+                    int nsrc, size_t count, xdevDataType_t dtype, xdevRedOp_t op) {
+  switch (dtype) {
     case xdevFloat32:
-      if (reduceCopyTyped<float>(dsts, ndst, srcs, nsrc, count, op)) return;
+      if (reduceCopyTyped<float>(dsts, ndst, stream, srcs, nsrc, count, op)) return;
       break;
     case xdevFloat64:
-      if (reduceCopyTyped<double>(dsts, ndst, srcs, nsrc, count, op)) return;
+      if (reduceCopyTyped<double>(dsts, ndst, stream, srcs, nsrc, count, op)) return;
       break;
     case xdevInt32:
-      if (reduceCopyTyped<int32_t>(dsts, ndst, srcs, nsrc, count, op)) return;
+      if (reduceCopyTyped<int32_t>(dsts, ndst, stream, srcs, nsrc, count, op)) return;
       break;
     case xdevInt64:
-      if (reduceCopyTyped<int64_t>(dsts, ndst, srcs, nsrc, count, op)) return;
+      if (reduceCopyTyped<int64_t>(dsts, ndst, stream, srcs, nsrc, count, op)) return;
       break;
     default:
       break;
   }
-  // Every other type and op: reduceKernel and copies, 1 KiB at a time (in the cache).
   const size_t es = typeSize(dtype);
   constexpr size_t kBlock = 1024;
   alignas(64) unsigned char acc[kBlock];
@@ -397,6 +400,39 @@ void reduceCopyKernel(void* const* dsts, int ndst, const void* const* srcs, int 
     for (int k = 0; k < ndst; ++k)
       std::memcpy(static_cast<unsigned char*>(dsts[k]) + at, acc, c * es);
   }
+}
+
+}  // namespace
+
+void reduceCopyKernel(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+                      xdevDataType_t dtype, xdevRedOp_t op) {
+  if (count == 0 || ndst < 1 || nsrc < 1) return;
+  const size_t es = typeSize(dtype);
+  // Streaming stores: a call of kStreamBytes or more, to a destination that is no source and
+  // is 32-byte aligned (what every loop below needs for them).
+  std::unique_ptr<bool[]> stream(new bool[ndst]());
+  bool any = false;
+  if (count * es >= kStreamBytes) {
+    for (int k = 0; k < ndst; ++k) {
+      bool source = false;
+      for (int j = 0; j < nsrc; ++j) source = source || dsts[k] == srcs[j];
+      stream[k] = !source && (reinterpret_cast<uintptr_t>(dsts[k]) & 31) == 0;
+      any = any || stream[k];
+    }
+  }
+  size_t done = 0;
+  if (dtype == xdevFloat32) {
+    done = reduceCopyFloatVector(reinterpret_cast<float* const*>(dsts), ndst, stream.get(),
+                                 reinterpret_cast<const float* const*>(srcs), nsrc, count, op);
+  }
+  if (done < count) {
+    std::vector<void*> d(ndst);
+    std::vector<const void*> s(nsrc);
+    for (int k = 0; k < ndst; ++k) d[k] = static_cast<unsigned char*>(dsts[k]) + done * es;
+    for (int k = 0; k < nsrc; ++k) s[k] = static_cast<const unsigned char*>(srcs[k]) + done * es;
+    reduceCopyRest(d.data(), ndst, stream.get(), s.data(), nsrc, count - done, dtype, op);
+  }
+  if (any) _mm_sfence();  // streaming stores are weakly ordered: done before the caller says so
 }
 
 void scaleKernel(void* dst, const void* src, size_t count, xdevDataType_t dtype,

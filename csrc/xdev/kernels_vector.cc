@@ -106,6 +106,54 @@ size_t byNarrowType(xdevDataType_t dtype, Fn&& fn) {
   }
 }
 
+template <typename V>
+XCCL_HALF_VECTOR size_t reduceCopyF32(float* const* d, int nd, const bool* stream,
+                                      const float* const* s, int ns, size_t n) {
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256 a0 = _mm256_loadu_ps(s[0] + i), a1 = _mm256_loadu_ps(s[0] + i + 8);
+    __m256 a2 = _mm256_loadu_ps(s[0] + i + 16), a3 = _mm256_loadu_ps(s[0] + i + 24);
+    for (int k = 1; k < ns; ++k) {  // the fold in source order: acc op s[k]
+      a0 = V::apply(a0, _mm256_loadu_ps(s[k] + i));
+      a1 = V::apply(a1, _mm256_loadu_ps(s[k] + i + 8));
+      a2 = V::apply(a2, _mm256_loadu_ps(s[k] + i + 16));
+      a3 = V::apply(a3, _mm256_loadu_ps(s[k] + i + 24));
+    }
+    for (int k = 0; k < nd; ++k) {
+      float* o = d[k] + i;
+      if (stream[k]) {
+        _mm256_stream_ps(o, a0);
+        _mm256_stream_ps(o + 8, a1);
+        _mm256_stream_ps(o + 16, a2);
+        _mm256_stream_ps(o + 24, a3);
+      } else {
+        _mm256_storeu_ps(o, a0);
+        _mm256_storeu_ps(o + 8, a1);
+        _mm256_storeu_ps(o + 16, a2);
+        _mm256_storeu_ps(o + 24, a3);
+      }
+    }
+  }
+  return i;
+}
+
+size_t reduceCopyFloatVector(float* const* dsts, int ndst, const bool* stream,
+                             const float* const* srcs, int nsrc, size_t count, xdevRedOp_t op) {
+  if (!narrowVectorAvailable()) return 0;
+  switch (op) {
+    case xdevSum:
+      return reduceCopyF32<VSum>(dsts, ndst, stream, srcs, nsrc, count);
+    case xdevProd:
+      return reduceCopyF32<VProd>(dsts, ndst, stream, srcs, nsrc, count);
+    case xdevMax:
+      return reduceCopyF32<VMax>(dsts, ndst, stream, srcs, nsrc, count);
+    case xdevMin:
+      return reduceCopyF32<VMin>(dsts, ndst, stream, srcs, nsrc, count);
+    default:
+      return 0;
+  }
+}
+
 size_t reduceNarrowVector(void* dst, const void* a, const void* b, size_t count,
                           xdevDataType_t dtype, xdevRedOp_t op) {
   return byNarrowType(dtype, [&](auto t) { return reduceAs<decltype(t)>(dst, a, b, count, op); });
@@ -126,6 +174,10 @@ size_t reduceNarrowVector(void*, const void*, const void*, size_t, xdevDataType_
   return 0;
 }
 size_t scaleNarrowVector(void*, const void*, size_t, xdevDataType_t, float) { return 0; }
+size_t reduceCopyFloatVector(float* const*, int, const bool*, const float* const*, int, size_t,
+                             xdevRedOp_t) {
+  return 0;
+}
 size_t divideNarrowVector(void*, size_t, xdevDataType_t, float) { return 0; }
 
 #endif

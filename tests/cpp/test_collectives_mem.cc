@@ -204,7 +204,7 @@ int32_t intValue(int r, size_t i) {
 // "mapped" (forced), 3 processes, xcclMemAlloc buffers: float32 sums are the rank-order fold bit
 // for bit and int32 max exact, in place and out of place, at sizes that leave a rank an empty
 // slice (1 element), a ragged last slice, and slices large enough that the out-of-place
-// results bypass the cache (streaming stores, > 1 MiB a rank); bfloat16 (the blocked path of
+// results bypass the cache (streaming stores, >= 4 MiB a rank); bfloat16 (the blocked path of
 // the kernel) against its fold in float32 rounded per step. Avg divides the mapped sum.
 TEST(MemAlloc, MappedAllreduceIsTheRankOrderFoldInAndOutOfPlace) {
   ScopedEnv algo("XCCL_ALGO", "allreduce=mapped");
@@ -215,7 +215,7 @@ TEST(MemAlloc, MappedAllreduceIsTheRankOrderFoldInAndOutOfPlace) {
       n,
       [&](int rank) {
         xcclComm_t comm = xccl_test::initProcessComm(id, n, rank);
-        for (size_t count : {size_t(1), size_t(17), size_t(70001), size_t(1) << 20}) {
+        for (size_t count : {size_t(1), size_t(17), size_t(70001), (size_t(3) << 20) + 5}) {
           const size_t bytes = count * sizeof(float);
           float *a = nullptr, *b = nullptr;
           check(xcclMemAlloc(reinterpret_cast<void**>(&a), bytes));

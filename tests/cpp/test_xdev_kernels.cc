@@ -105,7 +105,7 @@ TEST(XdevKernels, ReduceOnAStreamMatchesTheReference) {
 
 // xdevReduceCopy: the rank-order fold of 1 to 3 sources stored to 1 or 3 destinations, against
 // xdevReduce applied in the same order, for every type and op, at an odd size and at one large
-// enough for streaming stores (> 1 MiB for the 4- and 8-byte types), with a destination that
+// enough for streaming stores (>= 4 MiB for the 4- and 8-byte types), with a destination that
 // is a source (in place), one that is not, and one not 16-byte aligned.
 TEST(XdevKernels, ReduceCopyIsTheFoldStoredEverywhere) {
   const xdevDataType_t types[] = {xdevInt8,    xdevUint8,      xdevInt32,      xdevInt64,
@@ -116,7 +116,7 @@ TEST(XdevKernels, ReduceCopyIsTheFoldStoredEverywhere) {
   for (auto t : types) {
     const bool isFloat = t == xdevFloat16 || t == xdevFloat32 || t == xdevFloat64 ||
                          t == xdevBfloat16 || t == xdevFloat8e4m3 || t == xdevFloat8e5m2;
-    for (size_t n : {size_t(1031), size_t(300001)}) {
+    for (size_t n : {size_t(1031), (size_t(1) << 20) + 33}) {
       const size_t es = sizeOf(t), bytes = n * es;
       std::vector<std::vector<char>> in(3, std::vector<char>(bytes));
       for (int k = 0; k < 3; ++k) {
@@ -129,9 +129,11 @@ TEST(XdevKernels, ReduceCopyIsTheFoldStoredEverywhere) {
           for (int k = 1; k < ns; ++k) {
             XDEV_ASSERT_OK(xdevReduce(want.data(), want.data(), in[k].data(), n, t, op));
           }
-          std::vector<char> src0(in[0]), plain(bytes, 0x5a), odd(bytes + 16, 0x5a);
+          std::vector<char> src0(in[0]), plain(bytes + 64, 0x5a), odd(bytes + 16, 0x5a);
           const void* srcs[3] = {src0.data(), in[1].data(), in[2].data()};
-          void* dsts[3] = {plain.data(), odd.data() + 4, src0.data()};  // the last in place
+          // 64-byte aligned (streaming stores when large), 4 bytes off, and in place.
+          char* aligned = plain.data() + (64 - reinterpret_cast<uintptr_t>(plain.data()) % 64) % 64;
+          void* dsts[3] = {aligned, odd.data() + 4, src0.data()};
           XDEV_ASSERT_OK(xdevReduceCopy(dsts, 3, srcs, ns, n, t, op));
           for (int k = 0; k < 3; ++k) {
             ASSERT_EQ(0, std::memcmp(dsts[k], want.data(), bytes))
