@@ -13,7 +13,7 @@ this machine's read bandwidth (the `read` column, timed in the same run).
 
 Usage: python bench/bench_checks.py [--world-size 2] [--sizes 8 1M 64M] [--rounds 9]
            [--dtype float32|bfloat16|float16|...] [--device cpu|xdev]
-           [--configs timing nan-check checksum reproducible foldchain no-peer-read ring]
+           [--configs timing nan-check checksum reproducible foldchain no-peer-read ring direct mapped]
            (default: timing nan-check) [--peer-memory]
 
 --peer-memory makes the cpu tensors inside torch_xccl.peer_memory() (xcclMemAlloc memory,
@@ -47,6 +47,9 @@ CONFIGS = {
     "no-peer-read": {"XCCL_PEER_READ": "0"},
     # The rings (with their peer reads) instead of "mapped", for buffers peers can map.
     "ring": {"XCCL_ALGO": "allreduce=ring"},
+    "direct": {"XCCL_ALGO": "allreduce=direct"},
+    # "mapped" at every size (by default it starts at XCCL_PEER_READ_MIN / the device's size).
+    "mapped": {"XCCL_ALGO": "allreduce=mapped"},
 }
 DEFAULT_CONFIGS = ["off", "timing", "nan-check"]
 
@@ -73,7 +76,12 @@ def rank_main(rank, world, port, q, sizes, rounds, dtype, device, configs, peer_
             os.environ.update(env)
             groups[name] = dist.new_group(backend="xccl", timeout=timeout)
             # Device communicators are made at their first collective: under this env too.
-            dist.all_reduce(torch.zeros(1, dtype=dt, device=dev), group=groups[name])
+            if peer_memory:
+                with torch_xccl.peer_memory(min_bytes=1):
+                    z = torch.zeros(1, dtype=dt, device=dev)
+            else:
+                z = torch.zeros(1, dtype=dt, device=dev)
+            dist.all_reduce(z, group=groups[name])
             for k, v in saved.items():
                 if v is None:
                     del os.environ[k]
@@ -84,7 +92,7 @@ def rank_main(rank, world, port, q, sizes, rounds, dtype, device, configs, peer_
             esize = torch.tensor([], dtype=dt).element_size()
             n = max(1, size // esize)
             if peer_memory:
-                with torch_xccl.peer_memory():
+                with torch_xccl.peer_memory(min_bytes=1):
                     t = torch.zeros(n, dtype=dt, device=dev)  # sums stay finite
             else:
                 t = torch.zeros(n, dtype=dt, device=dev)

@@ -65,15 +65,18 @@ TEST_F(Select, AutomaticChoiceFollowsMessageSize) {
   EXPECT_EQ(pick(CollType::kAllReduce, 1024), "slot");  // 4 KiB, one host, host memory
   {
     ScopedEnv noSlot("XCCL_SLOT_MAX", "0");
-    EXPECT_EQ(pick(CollType::kAllReduce, 1024), "direct");
+    EXPECT_EQ(pick(CollType::kAllReduce, 1024), "mapped");
+    EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1024), "direct");
   }
   {
     ScopedEnv smallSlot("XCCL_SLOT_MAX", "1024");
     EXPECT_EQ(pick(CollType::kAllReduce, 256), "slot");
-    EXPECT_EQ(pick(CollType::kAllReduce, 257), "direct");
+    EXPECT_EQ(pick(CollType::kAllReduce, 257), "mapped");
+    EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 257), "direct");
   }
-  EXPECT_EQ(pick(CollType::kAllReduce, 1025), "ring");
-  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "mapped");  // 4 MiB: >= the 512 KiB threshold
+  EXPECT_EQ(pick(CollType::kAllReduce, 1025), "mapped");  // above the direct size: no slot
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1025), "ring");
+  EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "mapped");  // 4 MiB: above the slots
   EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 1 << 20), "ring");
   EXPECT_EQ(pick(CollType::kBroadcast, 1 << 20), "chain");
   EXPECT_EQ(pick(CollType::kBroadcast, 16), "direct");
@@ -189,18 +192,19 @@ TEST_F(Select, DecliningAlgorithmFallsBackWhenNotForced) {
   EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
 }
 
-// "mapped" is tried first on one host from the peer-read threshold (the host device's 512 KiB,
-// or XCCL_PEER_READ_MIN), above the slots; not across hosts, nor without reads in place
-// (XCCL_PEER_READ=0, XCCL_CHECKSUM=1).
-TEST_F(Select, MappedFromThePeerReadThresholdOnOneHost) {
+// "mapped" is tried first on one host above the slots' size (8 KiB here); not across hosts,
+// nor without reads in place (XCCL_PEER_READ=0, XCCL_CHECKSUM=1).
+TEST_F(Select, MappedAboveTheSlotsOnOneHost) {
   ScopedEnv algo("XCCL_ALGO", nullptr);
+  EXPECT_EQ(pick(CollType::kAllReduce, 2048), "slot");  // 8 KiB
+  EXPECT_EQ(pick(CollType::kAllReduce, 2049), "mapped");
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 2049), "direct");
   EXPECT_EQ(pick(CollType::kAllReduce, (512 << 10) / 4), "mapped");
-  EXPECT_EQ(pick(CollType::kAllReduce, (512 << 10) / 4 - 1), "ring");
+  EXPECT_EQ(pickUnmapped(CollType::kAllReduce, (512 << 10) / 4), "ring");
   {
-    ScopedEnv min("XCCL_PEER_READ_MIN", "65536");
-    EXPECT_EQ(pick(CollType::kAllReduce, 16384), "mapped");
-    EXPECT_EQ(pick(CollType::kAllReduce, 16383), "direct");
-    EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 16384), "direct");
+    ScopedEnv slots("XCCL_SLOT_MAX", "1024");
+    EXPECT_EQ(pick(CollType::kAllReduce, 256), "slot");
+    EXPECT_EQ(pick(CollType::kAllReduce, 257), "mapped");
   }
   {
     ScopedEnv sums("XCCL_CHECKSUM", "1");

@@ -11,7 +11,7 @@
 //   collective      small (bytes <= knob)   large       knob (bytes of the whole buffer)
 //   allreduce       slot (one host), direct ring (hierarchical)   XCCL_ALLREDUCE_DIRECT_MAX
 //                   (twolevel)                          (slot: also XCCL_SLOT_MAX)
-//                   one host, from XCCL_PEER_READ_MIN: mapped first, when every rank's
+//                   one host, above the slot size: mapped first, when every rank's
 //                   buffers can be mapped (xcclMemAlloc, xdev); the above otherwise
 //   broadcast       direct                  chain       XCCL_BROADCAST_DIRECT_MAX
 //   reduce          direct                  chain       XCCL_REDUCE_DIRECT_MAX
@@ -149,15 +149,19 @@ std::vector<const char*> orderBySize(const CollArgs& args, const Exchange& ex) {
   }
 }
 
-// Candidate names for `args` in order of preference. An allreduce on one host large enough to
-// be read in place (XCCL_PEER_READ_MIN, or the device's threshold) tries "mapped" first: the
-// ranks learn in its meeting whether every rank's buffers can be mapped, and otherwise go on
-// down the list (selectAlgorithmAfter).
+// Candidate names for `args` in order of preference. An allreduce on one host above the slots'
+// size tries "mapped" first: the ranks learn in its meeting whether every rank's buffers can
+// be mapped, and otherwise go on down the list (selectAlgorithmAfter). It wins from there on
+// (2 ranks through torch, peer_memory tensors: 16 KiB 8.1 against 12.6 us, 256 KiB 14.6
+// against 142, 64 MiB 5.4 against 8.7 ms; BENCHMARKS.md section 25), unlike a peer read of
+// a single message, which starts at XCCL_PEER_READ_MIN.
 std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
   std::vector<const char*> order = orderBySize(args, ex);
   const size_t bytes = args.count * dtypeSize(args.dtype);
+  const Tuning& t = ex.tuning();
+  const bool slotSized = bytes <= t.slotMax && bytes <= static_cast<size_t>(t.allreduceDirectMax);
   if (args.type == CollType::kAllReduce && ex.hosts().size() == 1 && ex.readsInPlace() &&
-      bytes >= ex.peerReadMin() && bytes > ex.tuning().slotMax) {
+      !slotSized && bytes > 0) {
     order.insert(order.begin(), "mapped");
   }
   return order;
