@@ -55,45 +55,16 @@ void symmOk(xdevError_t e, const char* what) {
   }
 }
 
-namespace {
-
-// dst = src[0] op src[1] op ... in rank order, count elements (on the stream worker).
-void symmFoldDirect(char* dst, const std::vector<const char*>& src, size_t count, size_t elem,
-                    const SymmFold& f) {
-  if (src.size() == 1) {
-    std::memmove(dst, src[0], count * elem);
-    return;
-  }
-  symmOk(xdevReduce(dst, src[0], src[1], count, f.dtype, f.op), "fold");
-  for (size_t r = 2; r < src.size(); ++r) {
-    symmOk(xdevReduce(dst, dst, src[r], count, f.dtype, f.op), "fold");
-  }
-}
-
-}  // namespace
-
-// dst may be one of the sources (two_shot folds into its own buffer): past the first two,
-// a source must still be intact when it is read, so the fold goes through a cache-sized
-// block and lands in dst block by block.
-void symmFoldInto(char* dst, const std::vector<const char*>& src, size_t count, size_t elem,
+// dst = ((src[0] op src[1]) op src[2]) ... in rank order, count elements (on the stream
+// worker), in one pass over the sources (xdevReduceCopy: block by block, each block of every
+// source read before that block of dst is written, so dst may be one of the sources).
+void symmFoldInto(char* dst, const std::vector<const char*>& src, size_t count, size_t /*elem*/,
                   const SymmFold& f) {
   if (count == 0) return;
-  bool aliased = false;
-  for (size_t r = 2; r < src.size(); ++r) aliased = aliased || src[r] == dst;
-  if (!aliased) {
-    symmFoldDirect(dst, src, count, elem, f);
-  } else {
-    constexpr size_t kBlockBytes = 64 << 10;
-    thread_local std::vector<char> block(kBlockBytes);
-    const size_t per = std::max<size_t>(1, kBlockBytes / elem);
-    std::vector<const char*> at(src.size());
-    for (size_t i = 0; i < count; i += per) {
-      const size_t n = std::min(per, count - i);
-      for (size_t r = 0; r < src.size(); ++r) at[r] = src[r] + i * elem;
-      symmFoldDirect(block.data(), at, n, elem, f);
-      std::memcpy(dst + i * elem, block.data(), n * elem);
-    }
-  }
+  void* to[1] = {dst};
+  symmOk(xdevReduceCopy(to, 1, reinterpret_cast<const void* const*>(src.data()),
+                        static_cast<int>(src.size()), count, f.dtype, f.op),
+         "fold");
   if (f.average) {
     symmOk(xdevDivide(dst, count, f.dtype, static_cast<int64_t>(src.size())), "average");
   }
@@ -232,9 +203,21 @@ void twoShot(XdevSymmetricMemory& m, const at::Tensor& input, const std::string&
     // straight into its own buffer's slice (element by element, each read before it is
     // written), then out to the peers' (in place) or stays for them to copy (_out).
     char* mine = self->bufferOf(me) + at + lo * elem;
-    symmFoldInto(mine, symmSources(*self, at + lo * elem), hi - lo, elem, f);
-    for (int r = 0; r < world && out == nullptr; ++r) {
-      if (r != me) std::memcpy(self->bufferOf(r) + at + lo * elem, mine, (hi - lo) * elem);
+    const std::vector<const char*> src = symmSources(*self, at + lo * elem);
+    if (out == nullptr && !f.average && hi > lo) {
+      // In place: each block of the fold stored into every rank's buffer while it is in the
+      // cache (one read and one write of the slice per buffer; the fold into this rank's
+      // slice and then copies to the peers' read it once more).
+      std::vector<void*> to(world);
+      for (int r = 0; r < world; ++r) to[r] = self->bufferOf((me + 1 + r) % world) + at + lo * elem;
+      symmOk(xdevReduceCopy(to.data(), world, reinterpret_cast<const void* const*>(src.data()),
+                            world, hi - lo, f.dtype, f.op),
+             "fold");
+    } else {
+      symmFoldInto(mine, src, hi - lo, elem, f);
+      for (int r = 0; r < world && out == nullptr; ++r) {
+        if (r != me) std::memcpy(self->bufferOf(r) + at + lo * elem, mine, (hi - lo) * elem);
+      }
     }
     self->barrierNow(0, 0);
     if (out == nullptr) return;

@@ -139,8 +139,8 @@ void reduceTyped(void* dst, const void* a, const void* b, size_t n, xdevRedOp_t 
 }
 
 // reduceCopyKernel for the types computed as they are, a line of elements at a time: the
-// fold of the line's sources (fixed-length loops the compiler vectorises at -O2 too), then
-// the line stored to every destination; streaming stores to dsts[k] where stream[k].
+// fold of the line's sources, then the line stored to every destination (fixed-length loops,
+// vectorised with the baseline SSE2); streaming stores to dsts[k] where stream[k].
 // float32 has an AVX2 loop before it (kernels_vector.h); this one serves the others, the
 // tail, and CPUs without AVX2.
 template <typename Op, typename T>
