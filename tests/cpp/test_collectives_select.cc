@@ -207,6 +207,15 @@ TEST_F(Select, MappedAboveTheSlotsOnOneHost) {
     EXPECT_EQ(pick(CollType::kAllReduce, 257), "mapped");
   }
   {
+    // Slots of 64 KiB (an oversubscribed host): mapped goes before them above 16 KiB, and
+    // when it cannot map every buffer the slots take the call.
+    ScopedEnv slots("XCCL_SLOT_MAX", "65536");
+    EXPECT_EQ(pick(CollType::kAllReduce, 4096), "slot");
+    EXPECT_EQ(pick(CollType::kAllReduce, 4097), "mapped");
+    EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 4097), "slot");
+    EXPECT_EQ(pickUnmapped(CollType::kAllReduce, 16384), "slot");
+  }
+  {
     ScopedEnv sums("XCCL_CHECKSUM", "1");
     EXPECT_EQ(pick(CollType::kAllReduce, 1 << 20), "ring");
   }

@@ -154,14 +154,19 @@ std::vector<const char*> orderBySize(const CollArgs& args, const Exchange& ex) {
 // be mapped, and otherwise go on down the list (selectAlgorithmAfter). It wins from there on
 // (2 ranks through torch, peer_memory tensors: 16 KiB 8.1 against 12.6 us, 256 KiB 14.6
 // against 142, 64 MiB 5.4 against 8.7 ms; BENCHMARKS.md section 25), unlike a peer read of
-// a single message, which starts at XCCL_PEER_READ_MIN.
+// a single message, which starts at XCCL_PEER_READ_MIN. Where the slots reach further (64 KiB
+// when ranks outnumber cores), "mapped" goes before them from kMappedBeforeSlots: 4 ranks on
+// 2 cores, peer_memory tensors, mapped against the slots 0.87 x at 32 KiB and 0.74 x at
+// 64 KiB, 1.05 x at 16 KiB (BENCHMARKS.md section 25).
+constexpr size_t kMappedBeforeSlots = 16 << 10;
+
 std::vector<const char*> tuningOrder(const CollArgs& args, const Exchange& ex) {
   std::vector<const char*> order = orderBySize(args, ex);
   const size_t bytes = args.count * dtypeSize(args.dtype);
   const Tuning& t = ex.tuning();
   const bool slotSized = bytes <= t.slotMax && bytes <= static_cast<size_t>(t.allreduceDirectMax);
   if (args.type == CollType::kAllReduce && ex.hosts().size() == 1 && ex.readsInPlace() &&
-      !slotSized && bytes > 0) {
+      (!slotSized || bytes > kMappedBeforeSlots) && bytes > 0) {
     order.insert(order.begin(), "mapped");
   }
   return order;
