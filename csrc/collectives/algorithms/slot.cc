@@ -299,12 +299,21 @@ void throughSlots(Exchange& ex, SlotArea& area, const CollArgs& args) {
 
 }  // namespace
 
-void slotRun(Exchange& ex, const CollArgs& args) {
+namespace {
+
+// The communicator's slots, made by the first call that needs them ("slot" or "mapped").
+SlotArea& slotsOf(Exchange& ex) {
   if (ex.slotArea() == nullptr) {
     ex.setSlotArea(SlotAreaPtr(new SlotArea));
     setUp(ex, *ex.slotArea());
   }
-  SlotArea& area = *ex.slotArea();
+  return *ex.slotArea();
+}
+
+}  // namespace
+
+void slotRun(Exchange& ex, const CollArgs& args) {
+  SlotArea& area = slotsOf(ex);
   if (!area.usable) {
     findAlgorithm(CollType::kAllReduce, "direct")->run(ex, args);
     return;
@@ -406,11 +415,7 @@ bool throughMapped(Exchange& ex, SlotArea& area, const CollArgs& args) {
 }  // namespace
 
 void mappedRun(Exchange& ex, const CollArgs& args) {
-  if (ex.slotArea() == nullptr) {
-    ex.setSlotArea(SlotAreaPtr(new SlotArea));
-    setUp(ex, *ex.slotArea());
-  }
-  SlotArea& area = *ex.slotArea();
+  SlotArea& area = slotsOf(ex);
   const bool forced = ex.tuning().forced[static_cast<size_t>(CollType::kAllReduce)] == "mapped";
   bool ran = false;
   if (area.usable && area.mappedSkip > 0 && !forced) {

@@ -75,6 +75,8 @@ void Device::reduceCopy(void* const* dsts, int ndst, const void* const* srcs, in
                         size_t count, xcclDataType_t dtype, xcclRedOp_t op) {
   XCCL_CHECK(ndst >= 1 && nsrc >= 1, "reduceCopy: ", nsrc, " sources into ", ndst, " destinations");
   const size_t es = dtypeSize(dtype);
+  if (es == 0)
+    throw InvalidArgument(strCat("reduceCopy: unknown data type ", static_cast<int>(dtype)));
   const size_t per = std::max<size_t>(1, (size_t{256} << 10) / es);
   const size_t block = std::min(per, count);
   if (block == 0) return;
