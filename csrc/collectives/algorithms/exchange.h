@@ -166,9 +166,8 @@ class Exchange {
   const Deadline& deadline() const { return deadline_; }
   bool checksums() const { return checksum_; }
   // Whether buffers may be read in place by peers of this host (XCCL_PEER_READ, off with
-  // XCCL_CHECKSUM), and from what size on (XCCL_PEER_READ_MIN, or the device's threshold).
+  // XCCL_CHECKSUM): "mapped" runs only then.
   bool readsInPlace() const { return peerReadOn_; }
-  size_t peerReadMin() const { return peerReadMin_; }
   // The communicator's slots for small allreduces on one host (algo::slotRun), once made.
   algo::SlotArea* slotArea() const { return slots_.get(); }
   void setSlotArea(algo::SlotAreaPtr area) {

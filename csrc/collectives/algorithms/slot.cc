@@ -340,7 +340,8 @@ namespace {
 // One "mapped" call (slots set up and usable). False when some rank's buffers are not memory
 // the others can map: every rank reads the same records, so all return false alike, and no
 // buffer has been touched.
-bool throughMapped(Exchange& ex, SlotArea& area, const CollArgs& args) {
+// `forced`: XCCL_ALGO names "mapped", so a rank that cannot be mapped fails the call instead.
+bool throughMapped(Exchange& ex, SlotArea& area, const CollArgs& args, bool forced) {
   const int n = ex.nranks(), me = ex.rank();
   const uint64_t call = ++area.calls;
   Device& dev = ex.device();
@@ -362,7 +363,7 @@ bool throughMapped(Exchange& ex, SlotArea& area, const CollArgs& args) {
   auto record = [&](int q) { return reinterpret_cast<const MappedRecord*>(area.data(q, call)); };
   for (int q = 0; q < n; ++q) {
     if (record(q)->ok) continue;
-    if (ex.tuning().forced[static_cast<size_t>(CollType::kAllReduce)] == "mapped") {
+    if (forced) {
       throw InvalidUsage(strCat("XCCL_ALGO forces allreduce algorithm 'mapped', but rank ", q,
                                 "'s buffers (", bytes, " bytes) are not memory its peers can map: ",
                                 "allocate them with xcclMemAlloc (torch: inside ",
@@ -422,7 +423,7 @@ void mappedRun(Exchange& ex, const CollArgs& args) {
     --area.mappedSkip;  // plain buffers lately: spare this call the meeting (~4-8 % at 1 MiB)
   } else if (area.usable) {
     try {
-      ran = throughMapped(ex, area, args);
+      ran = throughMapped(ex, area, args, forced);
     } catch (const std::exception& e) {
       ex.abandonOp(e.what());
       throw;
