@@ -2,6 +2,7 @@
 (XCCL_CHECKSUM_FLIP, tests only) fails the collective on every rank, naming the link,
 instead of handing back a wrong sum; on xdev the stream fails, so nothing reads the output
 (docs/RELIABILITY.md, "Payload checksums")."""
+
 import pytest
 
 import workers_checksum as w
@@ -23,8 +24,11 @@ def test_checksummed_results_are_right_and_a_flip_fails_every_rank(monkeypatch, 
         # A rank not yet connected to the one that caught it (pairs connect on first use)
         # may learn only that it closed its communicator, or, when that rank has already
         # exited, that it died before the pair was needed; no rank returns a sum.
-        assert ("failed its checksum" in r["error"] or "closed its communicator" in r["error"]
-                or "before this rank first needed the pair" in r["error"]), r
+        assert (
+            "failed its checksum" in r["error"]
+            or "closed its communicator" in r["error"]
+            or "before this rank first needed the pair" in r["error"]
+        ), r
     assert any("over SHM failed its checksum" in r["error"] for r in results), results
     # Every pair connected at creation: the reason reaches every rank.
     monkeypatch.setenv("XCCL_RUNTIME_CONNECT", "0")
