@@ -26,6 +26,7 @@ from . import _C  # noqa: E402  the native module: backend + bindings (links lib
 from . import _routing  # noqa: E402
 from . import survivors  # noqa: E402  lost ranks, revoke, shrink (docs/ELASTIC.md)
 from .memory import peer_memory, peer_memory_stats  # noqa: E402  (docs/MEMORY.md)
+from . import direct  # noqa: E402,F401  calls with no Work (docs/PLUGIN.md, "Direct calls")
 
 try:  # written by setup.py from xccl.h (the one version source)
     from ._version import __version__

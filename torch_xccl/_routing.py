@@ -183,6 +183,8 @@ def _install_coalescing_guard() -> None:
 
     coalescing_manager._torch_xccl = True
     c10d._coalescing_manager = coalescing_manager
+    if getattr(dist, "_coalescing_manager", None) is original:  # the same function, re-exported
+        dist._coalescing_manager = coalescing_manager
 
 
 def _install() -> None:

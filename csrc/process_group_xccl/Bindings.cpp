@@ -11,6 +11,7 @@
 
 namespace torch_xccl {
 void bindPeerMemory(py::module& m);  // PeerMemory.cpp
+void bindDirect(py::module& m);      // Direct.cpp
 }  // namespace torch_xccl
 
 namespace {
@@ -131,4 +132,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("iters"), py::arg("inputs"), py::arg("outputs"), py::arg("capacity") = 2000,
       py::call_guard<py::gil_scoped_release>());
   torch_xccl::bindPeerMemory(m);
+  torch_xccl::bindDirect(m);
 }

@@ -110,14 +110,13 @@ void ProcessGroupXCCL::completionLoop() {
       }
       auto err = w->makeError(r, "operation failed: " + detail);
       w->complete(err);
-      handleAsyncError(*w, err, detail);
+      handleAsyncError(err, detail);
       break;
     }
   }
 }
 
-void ProcessGroupXCCL::handleAsyncError(WorkXCCL& work, std::exception_ptr error,
-                                        const std::string& msg) {
+void ProcessGroupXCCL::handleAsyncError(std::exception_ptr error, const std::string& msg) {
   std::string what;
   try {
     std::rethrow_exception(error);

@@ -265,7 +265,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launc
       l.work->complete(nullptr);  // the copy-backs, then done
     }
   }
-  if (failed) handleAsyncError(*l.work, failed->first, failed->second);
+  if (failed) handleAsyncError(failed->first, failed->second);
   return l.work;
 }
 
@@ -355,6 +355,7 @@ void ProcessGroupXCCL::finishOnStream(const std::vector<c10::intrusive_ptr<WorkX
 // of a failed batch would otherwise wait for a receive its peer never posted, ahead of every
 // later operation), and the block's Works fail with `why`.
 void ProcessGroupXCCL::abandonCoalescing(const std::string& why) {
+  if (coalescing_) noteCoalescingBlock(false);
   coalescing_ = false;
   xcclGroupDiscard();
   auto e = distError("xccl: coalescing block abandoned: " + why);
@@ -379,6 +380,7 @@ void ProcessGroupXCCL::startCoalescing() {
   if (r != xcclSuccess)
     throwDist("xccl startCoalescing: " + libError(r, xcclGetLastError(nullptr)));
   coalescing_ = true;
+  noteCoalescingBlock(true);
   coalescedComm_.reset();
   coalescedPosts_.clear();
 }
@@ -386,6 +388,7 @@ void ProcessGroupXCCL::startCoalescing() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::endCoalescing() {
   TORCH_CHECK(coalescing_, "xccl endCoalescing: no coalescing block was started");
   coalescing_ = false;
+  noteCoalescingBlock(false);
   auto works = std::move(coalesced_);
   coalesced_.clear();
   auto posts = std::move(coalescedPosts_);

@@ -163,6 +163,7 @@ ProcessGroupXCCL::~ProcessGroupXCCL() {
   // libxccl group too (on another thread there is none: xcclGroupDiscard refuses, harmless).
   if (coalescing_) {
     coalescing_ = false;
+    noteCoalescingBlock(false);
     xcclGroupDiscard();
   }
 }

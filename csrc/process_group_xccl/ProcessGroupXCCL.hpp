@@ -114,6 +114,13 @@ class ProcessGroupXCCL : public c10d::Backend {
   void abandonCoalescing(const std::string& why);
   bool coalescing() const { return coalescing_; }
 
+  // torch_xccl.direct (Direct.cpp): allreduce of a contiguous cpu tensor in place, run on
+  // this thread with no Work. False when the host communicator is closed (nothing ran);
+  // throws for bad input and for a failed operation (after the group's error handling).
+  bool directAllreduce(const at::Tensor& t, const c10d::ReduceOp& op);
+  // Why the host communicator is closed, for the caller of a direct call that returned false.
+  std::string closedReason();
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -250,7 +257,7 @@ class ProcessGroupXCCL : public c10d::Backend {
   void completionLoop();
   c10::intrusive_ptr<WorkXCCL> nextWorkToComplete();
   static constexpr int kSweepMs = 20;
-  void handleAsyncError(WorkXCCL& work, std::exception_ptr error, const std::string& msg);
+  void handleAsyncError(std::exception_ptr error, const std::string& msg);
   void abortComm(const std::string& reason);
 
   // The store torch handed us, scoped to this initialisation (Rendezvous.hpp): every key the
@@ -314,6 +321,10 @@ class ProcessGroupXCCL : public c10d::Backend {
   static std::mutex& liveMu();
   static std::set<ProcessGroupXCCL*>& liveBackends();
 };
+
+// Counts this thread's open coalescing blocks (Direct.cpp): opened true at startCoalescing,
+// false where the block ends or is abandoned.
+void noteCoalescingBlock(bool opened);
 
 // Factory used by torch_xccl._C (and the Python routing module).
 c10::intrusive_ptr<ProcessGroupXCCL> createProcessGroupXCCL(
