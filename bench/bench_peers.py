@@ -7,6 +7,9 @@ Systems (each rank holds all four at once):
   xccl       the default torch.distributed group, backend "xccl" (torch_xccl), same call
   xccl_reg   the same call on a tensor made inside torch_xccl.peer_memory(min_bytes=1):
              registered host memory the ranks read in place (issue 27's "registered buffers")
+  xccl_direct torch_xccl.direct.all_reduce(t) on the xccl_reg tensor: the same collective
+             called straight into libxccl on the calling thread, no Work or dispatcher (the
+             way DeepSpeed's inference_all_reduce is called; docs/PLUGIN.md, "Direct calls")
   xccl_solo  the same call on a group of one rank (each rank its own): no communication, so
              torch's dispatch and the backend's per-call work, the floor of the xccl rows
   torch_floor the same call on a group of one rank with torch's own FakeProcessGroup (backend
@@ -81,7 +84,7 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # 
 from bench import util  # noqa: E402
 from bench.bench_torch import BUS_FACTOR, median, metadata  # noqa: E402
 
-SYSTEMS = ["gloo", "xccl", "xccl_reg", "xccl_solo", "torch_floor", "ds_shm", "mpi"]
+SYSTEMS = ["gloo", "xccl", "xccl_reg", "xccl_direct", "xccl_solo", "torch_floor", "ds_shm", "mpi"]
 PEERS = ["gloo", "ds_shm", "mpi"]
 DEFAULT_SIZES = "8,1K,64K,256K,1M,4M,16M,64M"
 API = {
@@ -89,6 +92,8 @@ API = {
     "xccl": "torch.distributed.all_reduce(t) on the default group, backend 'xccl' (in place)",
     "xccl_reg": "the same call on a tensor made inside torch_xccl.peer_memory(min_bytes=1) "
                 "(registered: memory the host's ranks map and read in place)",
+    "xccl_direct": "torch_xccl.direct.all_reduce(t) on a peer_memory() tensor (no Work, "
+                   "no dispatcher: one call into libxccl on this thread)",
     "xccl_solo": "the same call on a group of one rank, backend 'xccl' (no communication: "
                  "torch's and the backend's own per-call floor)",
     "torch_floor": "the same call on a group of one rank, torch's FakeProcessGroup (backend "
@@ -329,6 +334,18 @@ class Peers:
                 x = x_reg if system == "xccl_reg" else pattern()
                 dist.all_reduce(x, group=g)
                 return (x - expected).abs().max().item()
+        elif system == "xccl_direct":
+            direct = self.torch_xccl.direct
+            with self.torch_xccl.peer_memory(min_bytes=1):
+                buf = torch.zeros(count, dtype=f32)
+                x_reg = pattern()
+
+            def run():
+                direct.all_reduce(buf)
+
+            def check():
+                direct.all_reduce(x_reg)
+                return (x_reg - expected).abs().max().item()
         elif system == "ds_shm":
             ds = self.ds
 
@@ -458,7 +475,7 @@ def rank_main(a):
             if ok_peers:
                 best = min(ok_peers, key=lambda s: row["systems"][s]["time_us"])
                 row["best_peer"] = best
-                for x in ("xccl", "xccl_reg"):
+                for x in ("xccl", "xccl_reg", "xccl_direct"):
                     if x in row["systems"]:
                         row[f"{x}_time_over_best_peer"] = (row["systems"][x]["time_us"]
                                                            / row["systems"][best]["time_us"])
@@ -563,10 +580,11 @@ def print_report(out):
                   f"{r['memcpy_GBps']:8.2f} {v['busbw_over_memcpy']:7.3f}  {ok}")
         print()
     print("summary: time per op (us); xccl/best = xccl time / fastest correct peer "
-          "(< 1: xccl faster); reg/best the same for xccl_reg; -floor = xccl - xccl_solo (us); "
+          "(< 1: xccl faster); reg/best and dir/best the same for xccl_reg and xccl_direct; -floor = xccl - xccl_solo (us); "
           "-torch = xccl - torch_floor (us)")
     head = f"  {'size':>8} {'memcpy us':>9}" + "".join(f" {s:>10}" for s in systems)
-    print(head + f" {'best peer':>10} {'xccl/best':>9} {'reg/best':>9} {'-floor':>7} {'-torch':>7}")
+    print(head + f" {'best peer':>10} {'xccl/best':>9} {'reg/best':>9} {'dir/best':>9} "
+          f"{'-floor':>7} {'-torch':>7}")
     for r in rows:
         line = f"  {util.fmt_bytes(r['bytes']):>8} {r['memcpy_us']:9.2f}"
         for s in systems:
@@ -575,8 +593,9 @@ def print_report(out):
                      else f" {'WRONG':>10}")
         line += (f" {r['best_peer']:>10} {r['xccl_time_over_best_peer']:9.3f}"
                  if "best_peer" in r else f" {'-':>10} {'-':>9}")
-        line += (f" {r['xccl_reg_time_over_best_peer']:9.3f}"
-                 if "xccl_reg_time_over_best_peer" in r else f" {'-':>9}")
+        for x in ("xccl_reg", "xccl_direct"):
+            line += (f" {r[x + '_time_over_best_peer']:9.3f}"
+                     if x + "_time_over_best_peer" in r else f" {'-':>9}")
         line += (f" {r['xccl_over_floor_us']:7.2f}" if "xccl_over_floor_us" in r else f" {'-':>7}")
         line += (f" {r['xccl_over_torch_floor_us']:7.2f}" if "xccl_over_torch_floor_us" in r
                  else f" {'-':>7}")
@@ -612,11 +631,12 @@ def plot(out, png):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
     style = {"xccl": ("tab:blue", "o"), "gloo": ("tab:orange", "s"),
-             "xccl_reg": ("tab:purple", "v"), "xccl_solo": ("tab:gray", "."),
+             "xccl_reg": ("tab:purple", "v"), "xccl_direct": ("tab:cyan", "<"), "xccl_solo": ("tab:gray", "."),
              "torch_floor": ("black", "x"),
              "ds_shm": ("tab:green", "^"), "mpi": ("tab:red", "D")}
     label = {"xccl": "xccl (torch_xccl)", "gloo": "gloo", "ds_shm": "DeepSpeed CPU shm",
              "mpi": "Open MPI MPI_Allreduce", "xccl_reg": "xccl, torch_xccl.peer_memory() tensor",
+             "xccl_direct": "xccl, torch_xccl.direct.all_reduce (no Work)",
              "xccl_solo": "xccl on a group of one (per-call floor)",
              "torch_floor": "torch's fake backend on a group of one (torch's floor)"}
     rows, meta, n = out["results"], out["meta"], out["world_size"]
