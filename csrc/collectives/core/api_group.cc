@@ -61,14 +61,29 @@ void checkSelfP2P(const Comm& comm, const std::vector<CollArgs>& p2p) {
   }
 }
 
+// The list storage of this thread's last operation run on the caller, kept empty for its
+// next one: a blocking small collective then allocates nothing (the list's malloc and free
+// were a sixth of the instructions of a call on the caller, callgrind).
+thread_local std::vector<CollArgs> tlsSpareList;
+
+// An operation's list for one call, with the spare's storage when there is one.
+std::vector<CollArgs>& listFor(OpEntry& op, bool p2p) {
+  std::vector<CollArgs>& list = p2p ? op.p2p : op.colls;
+  list.swap(tlsSpareList);
+  return list;
+}
+
 // XCCL_STREAM_CALLER: run on this thread and return the operation's outcome as the
 // call's (the sticky error names it); otherwise enqueue for the progress thread.
-void enqueueOrRun(Comm& comm, OpEntry op) {
+void enqueueOrRun(Comm& comm, OpEntry&& op) {
   if (op.stream != XCCL_STREAM_CALLER) {
     comm.enqueue(std::move(op));
     return;
   }
-  const uint64_t id = comm.runOnCaller(std::move(op));
+  const uint64_t id = comm.runOnCaller(op);
+  std::vector<CollArgs>& used = op.colls.capacity() > 0 ? op.colls : op.p2p;
+  used.clear();
+  used.swap(tlsSpareList);
   const xcclResult_t r = comm.query(id);
   if (r != xcclSuccess) throw Error(toKind(r), comm.lastError());
 }
@@ -91,7 +106,7 @@ void submit(Comm& comm, CollArgs args, xcclStream_t stream) {
   }
   OpEntry op;
   op.stream = stream;
-  (isPointToPoint(args.type) ? op.p2p : op.colls).push_back(std::move(args));
+  listFor(op, isPointToPoint(args.type)).push_back(std::move(args));
   enqueueOrRun(comm, std::move(op));
 }
 

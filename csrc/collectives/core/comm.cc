@@ -339,13 +339,13 @@ void Comm::progressLoop() {
   }
 }
 
-uint64_t Comm::runOnCaller(OpEntry op) {
+uint64_t Comm::runOnCaller(OpEntry& op) {
   XCCL_CHECK_ARG(!device_->streamOrdered(), "XCCL_STREAM_CALLER is for host communicators; a ",
                  device_->name(), " communicator orders operations on device streams");
-  return runHere(std::move(op));
+  return runHere(op);
 }
 
-uint64_t Comm::runHere(OpEntry op) {
+uint64_t Comm::runHere(OpEntry& op) {
   op.stream = nullptr;
   op.onCaller = true;
   uint64_t id;

@@ -100,10 +100,11 @@ class Comm {
   // XCCL_STREAM_CALLER (host communicators): runs op on the calling thread once every
   // operation enqueued before it is done, without waking the progress thread, and returns
   // its id, complete (query() gives its outcome). Throws the sticky error as enqueue() does.
-  uint64_t runOnCaller(OpEntry op);
+  // op is run in place, not taken: the caller may reuse its lists' storage afterwards.
+  uint64_t runOnCaller(OpEntry& op);
   // runOnCaller() for the library's own host-memory operations on any communicator (a
   // window registration's exchanges on a device communicator): no stream is involved.
-  uint64_t runHere(OpEntry op);
+  uint64_t runHere(OpEntry& op);
   uint64_t lastEnqueued() const { return enqueued_.load(); }
   // xcclSuccess, xcclInProgress, or the error that failed op `id`.
   xcclResult_t query(uint64_t id) const;

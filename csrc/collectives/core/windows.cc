@@ -48,7 +48,7 @@ void runOnCaller(Comm& c, CollType type, void* send, void* recv, size_t bytes) {
   a.dtype = xcclUint8;
   OpEntry op;
   op.colls.push_back(std::move(a));
-  const uint64_t id = c.runHere(std::move(op));
+  const uint64_t id = c.runHere(op);
   const xcclResult_t r = c.query(id);
   if (r != xcclSuccess) throw Error(toKind(r), c.lastError());
 }
