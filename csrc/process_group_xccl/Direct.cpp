@@ -3,8 +3,8 @@
 // reductions are small and blocking (tensor-parallel inference, a scalar per step), the role
 // DeepSpeed's inference_all_reduce plays beside torch.distributed. torch's dist.all_reduce
 // costs several microseconds before a backend sees the call (its Python checks, the dispatcher,
-// the Work and its future); this path is one pybind11 call into xcclAllReduce on the host
-// communicator, XCCL_STREAM_CALLER, as a blocking dist.all_reduce runs there (Launch.cpp,
+// the Work and its future); this path is one built-in call (below) into xcclAllReduce on the
+// host communicator, XCCL_STREAM_CALLER, as a blocking dist.all_reduce runs there (Launch.cpp,
 // runOnCaller), minus the Work. What it gives up for that: the call is not numbered or in the
 // flight recorder, TORCH_XCCL_DESYNC_DEBUG and TORCH_XCCL_ENABLE_TIMING do not see it, and it
 // cannot join a coalescing block. The operation itself is libxccl's, so it meets every rank's
