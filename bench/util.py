@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import sys
 
@@ -23,8 +24,35 @@ RESULTS = os.path.join(BENCH, "results")  # where results go by default
 TESTS_PY = os.path.join(REPO, "tests", "python")  # the plugin tests' helpers (harness, netns)
 
 
+_pick = random.SystemRandom()  # not the module's generator: forked processes share its state
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to connect() and bind(0) (Linux: 32768)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT, a store, a URL)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT, a store, a URL).
+
+    Chosen at random below the kernel's ephemeral range and checked by a bind: a port from
+    bind(0) is in that range, where every outgoing connection of the machine also takes its
+    local port, so in the moment between this check and the server's own bind a client
+    socket of a test running beside this one could take it (EADDRINUSE, seen in CI)."""
+    low = _ephemeral_low()
+    if low > 11000:
+        for _ in range(64):
+            port = _pick.randrange(10000, low)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                    return port
+                except OSError:
+                    continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
