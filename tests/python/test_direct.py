@@ -73,3 +73,11 @@ def test_the_module_is_exported():
     assert torch_xccl.direct.all_reduce.__doc__
     with pytest.raises(ValueError, match="no default process group"):
         torch_xccl.direct.all_reduce(torch.ones(1))
+
+
+@pytest.mark.timeout(120)
+def test_other_python_threads_run_while_a_call_waits_for_a_late_peer():
+    got = run_world(w.other_threads_run_while_a_call_waits, 2, timeout=100)
+    assert got[0]["sum"] == [2.0, 2.0, 2.0] and got[1]["sum"] == [2.0, 2.0, 2.0], got
+    # 0.5 s of waiting at 1 ms a count: far more than the few counts of a held GIL's switches
+    assert got[0]["counted_during_call"] >= 50, got

@@ -207,3 +207,39 @@ def the_default_group_again_after_destroy(rank, world, init_file):
     t = torch.full((2,), float(rank))
     direct.all_reduce(t)
     return {"first": first, "between": between, "second": t.tolist()}
+
+
+def other_threads_run_while_a_call_waits(rank, world):
+    """Rank 1 comes 0.5 s late; while rank 0's direct call waits for it, a Python thread of
+    rank 0 keeps counting (the GIL is released for the call). Returns rank 0's count during
+    the call, and the sum."""
+    import threading
+
+    from torch_xccl import direct
+
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 1:
+        store.wait(["direct_counting"], datetime.timedelta(seconds=60))
+        time.sleep(0.5)
+        t = torch.ones(3)
+        direct.all_reduce(t)
+        return {"sum": t.tolist()}
+    count = [0]
+    stop = threading.Event()
+
+    def counter():
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=counter)
+    th.start()
+    time.sleep(0.05)  # the thread is counting
+    t = torch.ones(3)
+    store.set("direct_counting", "1")
+    before = count[0]
+    direct.all_reduce(t)
+    during = count[0] - before
+    stop.set()
+    th.join()
+    return {"sum": t.tolist(), "counted_during_call": during}
