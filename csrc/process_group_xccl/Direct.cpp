@@ -22,22 +22,7 @@ namespace torch_xccl {
 
 namespace {
 constexpr const char* kDirectOp = "direct all_reduce";
-
-// Blocks open by startCoalescing on this thread, over every group: libxccl's group is per
-// thread, so a direct call inside any group's block would be recorded, not run, and return
-// with its tensor unreduced.
-thread_local int tlsOpenBlocks = 0;
 }  // namespace
-
-void noteCoalescingBlock(bool opened) {
-  // A block ended on another thread than it began (a shrink's abandon) leaves this one's
-  // count, and libxccl's group on the thread that began it, as they were.
-  if (opened) {
-    ++tlsOpenBlocks;
-  } else if (tlsOpenBlocks > 0) {
-    --tlsOpenBlocks;
-  }
-}
 
 bool ProcessGroupXCCL::directAllreduce(const at::Tensor& t, const c10d::ReduceOp& rop) {
   TORCH_CHECK_VALUE(t.defined(), "torch_xccl.direct.all_reduce: the tensor is undefined");
@@ -48,7 +33,7 @@ bool ProcessGroupXCCL::directAllreduce(const at::Tensor& t, const c10d::ReduceOp
   TORCH_CHECK_VALUE(t.is_contiguous(),
                     "torch_xccl.direct.all_reduce: the tensor must be contiguous "
                     "(it is reduced in place; call .contiguous() first and use that tensor)");
-  TORCH_CHECK(tlsOpenBlocks == 0 && !coalescing_,
+  TORCH_CHECK(coalescingBlocksOnThisThread() == 0 && !coalescing_,
               "torch_xccl.direct.all_reduce: called inside a coalescing block (it would be "
               "recorded, not run); call it outside the block");
   // A complex tensor is reduced as its real and imaginary parts, as dist.all_reduce does,

@@ -115,6 +115,25 @@ bool hasNan(const at::Tensor& t) {
 }
 }  // namespace
 
+namespace {
+// Blocks open by startCoalescing on this thread, over every group. libxccl's group is per
+// thread: an operation of another group made while one is open would be recorded into it, not
+// run, and a blocking one would return its output unreduced.
+thread_local int tlsOpenBlocks = 0;
+}  // namespace
+
+void noteCoalescingBlock(bool opened) {
+  // A block ended on another thread than it began (a shrink's abandon) leaves this one's
+  // count, and libxccl's group on the thread that began it, as they were.
+  if (opened) {
+    ++tlsOpenBlocks;
+  } else if (tlsOpenBlocks > 0) {
+    --tlsOpenBlocks;
+  }
+}
+
+int coalescingBlocksOnThisThread() { return tlsOpenBlocks; }
+
 void ProcessGroupXCCL::checkNan(const Op& op) {
   bool mine = false;
   if (op.extra.root < 0 || op.extra.root == getRank()) {
@@ -142,6 +161,11 @@ void ProcessGroupXCCL::checkNan(const Op& op) {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::launch(Op op) {
   try {
+    TORCH_CHECK(coalescing_ || tlsOpenBlocks == 0, "xccl ", op.name,
+                ": a coalescing block of another group is open on this thread; libxccl's group "
+                "is per thread, so the operation would be recorded into that block instead of "
+                "running (a blocking call would return its output unreduced): end the block "
+                "first, or make the call on another thread");
     if (nanCheck_ && !coalescing_ && isCollective(op.type)) checkNan(op);
     Launch l = prepare(op);
     if (isAccelerator(l.device)) return runOnStream(op, l);

@@ -322,9 +322,11 @@ class ProcessGroupXCCL : public c10d::Backend {
   static std::set<ProcessGroupXCCL*>& liveBackends();
 };
 
-// Counts this thread's open coalescing blocks (Direct.cpp): opened true at startCoalescing,
-// false where the block ends or is abandoned.
+// Counts this thread's open coalescing blocks over every group (Launch.cpp): opened true at
+// startCoalescing, false where the block ends or is abandoned. An operation of a group with
+// no block of its own is refused while any is open (launch(), Direct.cpp).
 void noteCoalescingBlock(bool opened);
+int coalescingBlocksOnThisThread();
 
 // Factory used by torch_xccl._C (and the Python routing module).
 c10::intrusive_ptr<ProcessGroupXCCL> createProcessGroupXCCL(

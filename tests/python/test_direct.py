@@ -81,3 +81,11 @@ def test_other_python_threads_run_while_a_call_waits_for_a_late_peer():
     assert got[0]["sum"] == [2.0, 2.0, 2.0] and got[1]["sum"] == [2.0, 2.0, 2.0], got
     # 0.5 s of waiting at 1 ms a count: far more than the few counts of a held GIL's switches
     assert got[0]["counted_during_call"] >= 50, got
+
+
+@pytest.mark.timeout(120)
+def test_another_groups_blocking_call_inside_a_coalescing_block_raises_not_unreduced():
+    # The same per-thread check that refuses a direct call in a block guards dist.all_reduce.
+    for r in run_world(w.another_groups_call_inside_a_coalescing_block, 2, timeout=100):
+        assert "coalescing block of another group" in r["inside"], r
+        assert r["b_after"] == [2.0] * 4 and r["a_after"] == [2.0] * 4, r

@@ -243,3 +243,24 @@ def other_threads_run_while_a_call_waits(rank, world):
     stop.set()
     th.join()
     return {"sum": t.tolist(), "counted_during_call": during}
+
+
+def another_groups_call_inside_a_coalescing_block(rank, world):
+    """Inside group A's coalescing block, a blocking all_reduce on group B: libxccl's group is
+    per thread, so it would be recorded into A's block and return unreduced. It must raise
+    instead; the block's own operation and later calls on B are right."""
+    a = dist.new_group(list(range(world)))
+    b = dist.new_group(list(range(world)))
+    ta, tb = torch.ones(4), torch.ones(4)
+    try:
+        with dist._coalescing_manager(group=a, device=torch.device("cpu")):
+            dist.all_reduce(ta, group=a)
+            dist.all_reduce(tb, group=b)
+        inside = f"returned {tb.tolist()}"
+    except Exception as e:  # noqa: BLE001 - the text is what the test checks
+        inside = f"{type(e).__name__}: {e}"
+    t = torch.ones(4)
+    dist.all_reduce(t, group=b)
+    t2 = torch.ones(4)
+    dist.all_reduce(t2, group=a)
+    return {"inside": inside, "b_after": t.tolist(), "a_after": t2.tolist()}
