@@ -110,13 +110,13 @@ void ProcessGroupXCCL::completionLoop() {
       }
       auto err = w->makeError(r, "operation failed: " + detail);
       w->complete(err);
-      handleAsyncError(err, detail);
+      handleAsyncError(err);
       break;
     }
   }
 }
 
-void ProcessGroupXCCL::handleAsyncError(std::exception_ptr error, const std::string& msg) {
+void ProcessGroupXCCL::handleAsyncError(std::exception_ptr error) {
   std::string what;
   try {
     std::rethrow_exception(error);

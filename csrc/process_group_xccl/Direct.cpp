@@ -70,10 +70,7 @@ bool ProcessGroupXCCL::directAllreduce(const at::Tensor& t, const c10d::ReduceOp
     open = state_->use([&](xcclComm_t c) {
       void* p = t.data_ptr();
       r = xcclAllReduce(p, p, count, dt, xop, c, XCCL_STREAM_CALLER);
-      if (r != xcclSuccess) {
-        detail = xcclGetLastError(nullptr);
-        if (detail.empty()) detail = xcclGetLastError(c);
-      }
+      if (r != xcclSuccess) detail = callError(c);
     });
   }
   if (!open) return false;
@@ -85,7 +82,7 @@ bool ProcessGroupXCCL::directAllreduce(const at::Tensor& t, const c10d::ReduceOp
   // It ran and failed: the group's error handling, as for a failed Work, then the caller's
   // exception.
   auto err = distError(what);
-  handleAsyncError(err, detail);
+  handleAsyncError(err);
   std::rethrow_exception(err);
 }
 

@@ -39,8 +39,7 @@ Enqueued enqueueOn(CommState& state, Target target, const Enqueue& enqueue, bool
     }
     e.r = enqueue(target);
     if (e.r != xcclSuccess) {
-      e.detail = xcclGetLastError(nullptr);
-      if (e.detail.empty()) e.detail = xcclGetLastError(c);
+      e.detail = callError(c);
       return;
     }
     if (recordEvent) {
@@ -258,7 +257,7 @@ void ProcessGroupXCCL::takeBack(Launch& l, const std::string& why) {
 // The operation runs to its end inside xcclX (XCCL_STREAM_CALLER), so it is numbered and
 // recorded before it runs, and taken back when libxccl refuses it.
 c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launch& l) {
-  std::optional<std::pair<std::exception_ptr, std::string>> failed;
+  std::exception_ptr failed;
   {
     std::lock_guard<std::mutex> g(l.dc->state->enqueueMu);
     numberAndRecord(op, l);
@@ -279,7 +278,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launc
       // (below, outside the communicator's locks).
       auto err = l.work->makeError(e.r, "operation failed: " + e.detail);
       l.work->complete(err);
-      failed = std::make_pair(err, e.detail);
+      failed = err;
     } else if (e.r != xcclSuccess) {
       const std::string why =
           std::string("xccl ") + op.name + ": " + libError(e.r, e.detail.c_str());
@@ -289,7 +288,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupXCCL::runOnCaller(const Op& op, Launc
       l.work->complete(nullptr);  // the copy-backs, then done
     }
   }
-  if (failed) handleAsyncError(failed->first, failed->second);
+  if (failed) handleAsyncError(failed);
   return l.work;
 }
 

@@ -257,7 +257,7 @@ class ProcessGroupXCCL : public c10d::Backend {
   void completionLoop();
   c10::intrusive_ptr<WorkXCCL> nextWorkToComplete();
   static constexpr int kSweepMs = 20;
-  void handleAsyncError(std::exception_ptr error, const std::string& msg);
+  void handleAsyncError(std::exception_ptr error);
   void abortComm(const std::string& reason);
 
   // The store torch handed us, scoped to this initialisation (Rendezvous.hpp): every key the

@@ -52,6 +52,11 @@ std::string libError(xcclResult_t r, const char* detail) {
   return s;
 }
 
+std::string callError(xcclComm_t comm) {
+  std::string s = xcclGetLastError(nullptr);
+  return s.empty() ? std::string(xcclGetLastError(comm)) : s;
+}
+
 // "allreduce(Float, 1048576)": the op and its first staged tensor, for the desync report.
 std::string describeCall(const char* opName, const std::vector<at::Tensor>& tensors) {
   std::ostringstream os;

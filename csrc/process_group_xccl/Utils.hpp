@@ -33,6 +33,9 @@ AsyncErrorMode errorModeFromEnv();  // TORCH_XCCL_ASYNC_ERROR_HANDLING
 std::exception_ptr distError(const std::string& msg);
 [[noreturn]] void throwDist(const std::string& msg);
 std::string libError(xcclResult_t r, const char* detail);
+// libxccl's text for a call on comm that it refused or that failed: this thread's last error
+// (an argument refused at the edge), else the communicator's (a failed operation).
+std::string callError(xcclComm_t comm);
 // "allreduce(Float, 1048576)": the op and its first staged tensor, for the desync report.
 std::string describeCall(const char* opName, const std::vector<at::Tensor>& tensors);
 
